@@ -1,0 +1,35 @@
+# One entry point for people and CI: every target creates what it needs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv lint test test-unit test-integration chaos bench run dev-up dev-down clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+lint: venv
+	$(BIN)/ruff check stream_ndcg tests bench
+	$(BIN)/mypy
+
+# Unit tests, the integration tests against a real Kafka and Redis, and a short chaos run.
+test: lint
+	$(BIN)/pytest -m "not slow" tests
+
+test-unit: venv
+	$(BIN)/pytest tests/unit
+
+chaos: venv
+	$(BIN)/pytest -m slow tests
+
+bench: venv
+	$(BIN)/python bench/replay_bench.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,333 @@
+"""The incremental engine: applies events to per-query state and yields aggregate deltas.
+
+Pure: no I/O, standard library only. A store loads the `QueryState` of the
+queries a batch touches, the engine mutates them and returns what changed, and
+the store writes that back (atomically, with the consumed offsets, in the
+service). The engine never walks impressions: impressions of one query in one
+time bucket and one segment form a `Group` that keeps each distinct ranked
+list once, with a count, and an index of where each document stands in them.
+A judgment therefore costs in proportion to the query's groups and the
+distinct lists that show the document, never to its raw impressions.
+
+Aggregates are flat sums keyed by (bucket, segment key, field); the fields are
+``impressions`` and, for each cut-off k, ``scored@k`` (impressions with a
+defined nDCG), ``dcg@k``, ``ndcg@k`` and ``judged@k`` (sums over impressions).
+A window mean is the fsum of a field over the window's buckets divided by the
+fsum of its denominator.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from stream_ndcg.events import Event, Impression, InvalidEvent, Judgment
+from stream_ndcg.metric import Measure, discount, first_occurrences, ideal_dcg, score_list
+
+# (ts, event_id, grade): one judgment event of a (query, document) pair.
+Revision = tuple[int, str | None, float | None]
+AggregateKey = tuple[int, str, str]
+SegmentKeyFn = Callable[[tuple[tuple[str, str], ...]], str]
+
+
+def full_segment_key(segment: tuple[tuple[str, str], ...]) -> str:
+    """Group by the whole segment map (the replay's and the tests' choice)."""
+    return json.dumps(dict(segment), sort_keys=True, separators=(",", ":"))
+
+
+def precedence(revision: Revision) -> tuple[int, bool, str, bool, float]:
+    """The order of `Judgment.precedence`, for a stored revision."""
+    ts, event_id, grade = revision
+    return (ts, event_id is not None, event_id or "", grade is not None, grade if grade is not None else 0.0)
+
+
+def revision_of(judgment: Judgment) -> Revision:
+    return (judgment.ts, judgment.event_id, judgment.grade)
+
+
+@dataclass
+class Group:
+    """The impressions of one query in one time bucket and one segment."""
+
+    impressions: int = 0
+    lists: dict[tuple[str, ...], int] = field(default_factory=dict)
+    # What this group has added to the aggregates, per field: the engine adds
+    # the difference whenever it recomputes the group.
+    credited: dict[str, float] = field(default_factory=dict)
+    # doc -> {first rank -> impressions showing it there}; derived from lists.
+    ranks: dict[str, dict[int, int]] = field(default_factory=dict, repr=False, compare=False)
+
+    def add_list(self, ranked: tuple[str, ...], count: int, depth: int) -> None:
+        self.lists[ranked] = self.lists.get(ranked, 0) + count
+        for rank, doc in first_occurrences(ranked, depth):
+            at = self.ranks.setdefault(doc, {})
+            at[rank] = at.get(rank, 0) + count
+
+
+@dataclass
+class QueryState:
+    """Everything the engine knows about one query."""
+
+    # Every distinct judgment event seen per document; the winner is the greatest.
+    revisions: dict[str, list[Revision]] = field(default_factory=dict)
+    groups: dict[tuple[int, str], Group] = field(default_factory=dict)
+
+    def grades(self) -> dict[str, float]:
+        """The current grade of each judged document (retracted ones left out)."""
+        current: dict[str, float] = {}
+        for doc, seen in self.revisions.items():
+            grade = max(seen, key=precedence)[2]
+            if grade is not None:
+                current[doc] = grade
+        return current
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "r": self.revisions,
+                "g": [[b, s, g.impressions, [[list(l), c] for l, c in g.lists.items()], g.credited]
+                      for (b, s), g in self.groups.items()],
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes, depth: int) -> QueryState:
+        data = json.loads(text)
+        state = cls(revisions={doc: [(r[0], r[1], r[2]) for r in seen] for doc, seen in data["r"].items()})
+        for bucket, segment, impressions, lists, credited in data["g"]:
+            group = Group(impressions=impressions, credited=credited)
+            for ranked, count in lists:
+                group.add_list(tuple(ranked), count, depth)
+            state.groups[(bucket, segment)] = group
+        return state
+
+
+@dataclass
+class _Pending:
+    """Per query in a batch: the groups that took impressions, the documents whose grade moved."""
+
+    groups: set[tuple[int, str]] = field(default_factory=set)
+    docs: set[str] = field(default_factory=set)
+
+
+@dataclass
+class BatchOutcome:
+    """What one batch of events changed."""
+
+    touched: dict[str, QueryState] = field(default_factory=dict)
+    aggregates: Counter[AggregateKey] = field(default_factory=Counter)
+    counts: Counter[str] = field(default_factory=Counter)
+    impression_buckets: dict[str, int] = field(default_factory=dict)
+
+
+class Engine:
+    """Applies events to query states, keeping every group's credit exact.
+
+        engine = Engine(Measure(cutoffs=(10,)), bucket_ms=60_000)
+        outcome = engine.apply(events, states, known_impressions=set(), now_ms=...)
+
+    Counts use the keys ``impression``, ``judgment``, ``duplicate:<type>`` and
+    ``rejected:<reason>``.
+    """
+
+    def __init__(
+        self,
+        measure: Measure,
+        bucket_ms: int = 60_000,
+        *,
+        horizon_ms: int | None = None,
+        judgment_ttl_ms: int | None = None,
+        segment_key: SegmentKeyFn = full_segment_key,
+    ) -> None:
+        if bucket_ms < 1:
+            raise ValueError("bucket_ms must be positive")
+        self.measure = measure
+        self.bucket_ms = bucket_ms
+        self.horizon_ms = horizon_ms
+        self.judgment_ttl_ms = judgment_ttl_ms
+        self.segment_key = segment_key
+
+    def bucket_of(self, ts: int) -> int:
+        return ts // self.bucket_ms
+
+    def apply(
+        self,
+        events: Iterable[Event | InvalidEvent],
+        states: Mapping[str, QueryState],
+        known_impressions: set[str],
+        now_ms: int | None = None,
+    ) -> BatchOutcome:
+        """Apply events in order. `states` must hold every query the events name
+        (a missing one starts empty); `known_impressions` the impression ids
+        already applied. `now_ms` drives expiry; None disables it."""
+        outcome = BatchOutcome()
+        pending: dict[str, _Pending] = {}
+        for event in events:
+            if isinstance(event, InvalidEvent):
+                outcome.counts[f"rejected:{event.reason}"] += 1
+                continue
+            state = outcome.touched.get(event.query_id)
+            if state is None:
+                state = states.get(event.query_id) or QueryState()
+                outcome.touched[event.query_id] = state
+                pending[event.query_id] = _Pending()
+                if now_ms is not None:
+                    self._expire(state, now_ms, pending[event.query_id])
+            if isinstance(event, Impression):
+                self._impression(event, state, known_impressions, now_ms, outcome, pending[event.query_id])
+            else:
+                self._judgment(event, state, now_ms, outcome, pending[event.query_id])
+        # Credit once per batch, not once per event: a head query's group may
+        # take hundreds of impressions in one batch.
+        for query_id, todo in pending.items():
+            self._recredit(outcome.touched[query_id], todo, outcome.aggregates)
+        return outcome
+
+    def _impression(
+        self,
+        event: Impression,
+        state: QueryState,
+        known: set[str],
+        now_ms: int | None,
+        outcome: BatchOutcome,
+        todo: _Pending,
+    ) -> None:
+        if event.impression_id in known:
+            outcome.counts["duplicate:impression"] += 1
+            return
+        if now_ms is not None and self.horizon_ms is not None and event.ts < now_ms - self.horizon_ms:
+            outcome.counts["rejected:too_old"] += 1
+            return
+        known.add(event.impression_id)
+        bucket = self.bucket_of(event.ts)
+        outcome.impression_buckets[event.impression_id] = bucket
+        outcome.counts["impression"] += 1
+        key = (bucket, self.segment_key(event.segment))
+        group = state.groups.get(key)
+        if group is None:
+            group = state.groups[key] = Group()
+        group.impressions += 1
+        group.add_list(event.results[: self.measure.depth], 1, self.measure.depth)
+        todo.groups.add(key)
+
+    def _judgment(
+        self,
+        event: Judgment,
+        state: QueryState,
+        now_ms: int | None,
+        outcome: BatchOutcome,
+        todo: _Pending,
+    ) -> None:
+        if now_ms is not None and self.judgment_ttl_ms is not None and event.ts < now_ms - self.judgment_ttl_ms:
+            outcome.counts["rejected:too_old"] += 1
+            return
+        revision = revision_of(event)
+        seen = state.revisions.setdefault(event.doc_id, [])
+        if revision in seen:
+            outcome.counts["duplicate:judgment"] += 1
+            return
+        outcome.counts["judgment"] += 1
+        before = max(seen, key=precedence)[2] if seen else None
+        seen.append(revision)
+        if max(seen, key=precedence)[2] != before:
+            todo.docs.add(event.doc_id)
+
+    def _expire(self, state: QueryState, now_ms: int, todo: _Pending) -> None:
+        if self.horizon_ms is not None:
+            oldest = self.bucket_of(now_ms - self.horizon_ms)
+            # Their buckets are behind every window, so nothing is un-credited.
+            for key in [key for key in state.groups if key[0] < oldest]:
+                del state.groups[key]
+        if self.judgment_ttl_ms is not None:
+            cutoff = now_ms - self.judgment_ttl_ms
+            for doc in [doc for doc, seen in state.revisions.items() if max(seen, key=precedence)[0] < cutoff]:
+                del state.revisions[doc]
+                todo.docs.add(doc)
+
+    def _recredit(self, state: QueryState, todo: _Pending, aggregates: Counter[AggregateKey]) -> None:
+        """Re-credit the groups that new impressions or grade changes can move."""
+        if not todo.groups and not todo.docs:
+            return
+        grades = state.grades()
+        ideals = self._ideals(grades)
+        renormalise = bool(todo.docs) and self.measure.ideal == "pool"
+        for key, group in state.groups.items():
+            if key in todo.groups or not todo.docs.isdisjoint(group.ranks):
+                self._credit(key, group, self._totals(group, grades, ideals), aggregates)
+            elif renormalise:
+                self._credit(key, group, self._normalised(dict(group.credited), group.impressions, ideals), aggregates)
+
+    def _ideals(self, grades: Mapping[str, float]) -> dict[int, float]:
+        if self.measure.ideal != "pool":
+            return {}
+        gains = [self.measure.gain_of(g) for g in grades.values()]
+        return {k: ideal_dcg(gains, k) for k in self.measure.cutoffs}
+
+    def _totals(self, group: Group, grades: Mapping[str, float], ideals: Mapping[int, float]) -> dict[str, float]:
+        """The group's sums, recomputed from its lists and the query's grades."""
+        totals: dict[str, float] = {"impressions": float(group.impressions)}
+        if self.measure.ideal == "list":
+            per_list = [(score_list(ranked, grades, self.measure), count) for ranked, count in group.lists.items()]
+            for k in self.measure.cutoffs:
+                totals[f"dcg@{k}"] = math.fsum(s.dcg[k] * c for s, c in per_list)
+                totals[f"ndcg@{k}"] = math.fsum((s.ndcg[k] or 0.0) * c for s, c in per_list)
+                totals[f"scored@{k}"] = float(sum(c for s, c in per_list if s.ndcg[k] is not None))
+                totals[f"judged@{k}"] = math.fsum(s.judged_ratio[k] * c for s, c in per_list)
+            return totals
+        judged = [(self.measure.gain_of(grades[doc]), at) for doc, at in group.ranks.items() if doc in grades]
+        for k in self.measure.cutoffs:
+            totals[f"dcg@{k}"] = math.fsum(
+                gain * count * discount(rank) for gain, at in judged for rank, count in at.items() if rank <= k
+            )
+            totals[f"judged@{k}"] = sum(count for _, at in judged for rank, count in at.items() if rank <= k) / k
+        return self._normalised(totals, group.impressions, ideals)
+
+    def _normalised(self, totals: dict[str, float], impressions: int, ideals: Mapping[int, float]) -> dict[str, float]:
+        for k in self.measure.cutoffs:
+            ideal = ideals[k]
+            totals[f"ndcg@{k}"] = totals[f"dcg@{k}"] / ideal if ideal > 0.0 else 0.0
+            totals[f"scored@{k}"] = float(impressions) if ideal > 0.0 else 0.0
+        return totals
+
+    @staticmethod
+    def _credit(
+        key: tuple[int, str],
+        group: Group,
+        totals: dict[str, float],
+        aggregates: Counter[AggregateKey],
+    ) -> None:
+        bucket, segment = key
+        for name, value in totals.items():
+            change = value - group.credited.get(name, 0.0)
+            if change:
+                aggregates[(bucket, segment, name)] += change
+        group.credited = totals
+
+
+def window_means(
+    aggregates: Mapping[AggregateKey, float],
+    cutoffs: Iterable[int],
+    buckets: Callable[[int], bool] = lambda _: True,
+) -> dict[str, dict[str, float | None]]:
+    """Means per cut-off over the aggregate buckets that `buckets` admits, all segments together."""
+    selected = [(key[2], value) for key, value in aggregates.items() if buckets(key[0])]
+
+    def total(name: str) -> float:
+        return math.fsum(v for n, v in selected if n == name)
+
+    impressions = total("impressions")
+    means: dict[str, dict[str, float | None]] = {}
+    for k in cutoffs:
+        scored = total(f"scored@{k}")
+        means[str(k)] = {
+            "ndcg_mean": total(f"ndcg@{k}") / scored if scored else None,
+            "dcg_mean": total(f"dcg@{k}") / impressions if impressions else None,
+            "judged_ratio": total(f"judged@{k}") / impressions if impressions else None,
+            "scored_impressions": scored,
+            "impressions": impressions,
+        }
+    return means

@@ -1,0 +1,260 @@
+"""The event contract, version 1: frozen events and the parser that guards them.
+
+Each Kafka message value, and each line of a replay file, is one UTF-8 JSON
+object of one of two types::
+
+    {"type": "impression", "impression_id": "imp-81", "query_id": "cheap flights",
+     "ts": 1763683200000, "results": ["d17", "d4"], "segment": {"variant": "B"},
+     "event_id": "e-1"}
+    {"type": "judgment", "query_id": "cheap flights", "doc_id": "d4", "grade": 2,
+     "ts": 1763683260000, "event_id": "e-2"}
+
+`parse_event` never raises for bad input: it returns an `InvalidEvent` whose
+`reason` is a short, bounded code (a Prometheus label value) and whose
+`detail` says what was wrong in words. Fields the contract does not name are
+ignored, so producers can add fields without breaking the service.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from stream_ndcg.metric import MAX_ABS_GRADE
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MILLISECOND = timedelta(milliseconds=1)
+# Timestamps past 9999-12-31 cannot be written as RFC 3339 and are not event times.
+MAX_TS_MS = 253_402_300_799_999
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on one event, so that one message can never cost unbounded memory."""
+
+    max_results: int = 1000
+    max_message_bytes: int = 1_048_576
+    max_id_length: int = 512
+    max_segment_keys: int = 16
+
+
+@dataclass(frozen=True)
+class Impression:
+    """One ranked list served for a query."""
+
+    impression_id: str
+    query_id: str
+    ts: int
+    results: tuple[str, ...]
+    segment: tuple[tuple[str, str], ...] = ()
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Judgment:
+    """A grade for a (query, document) pair; grade None retracts the judgment."""
+
+    query_id: str
+    doc_id: str
+    grade: float | None
+    ts: int
+    event_id: str | None = None
+
+    @property
+    def precedence(self) -> tuple[int, bool, str, bool, float]:
+        """Sort key of revisions: the greatest wins, whatever the arrival order.
+
+        (ts, event_id) decides, events without an event_id first at equal ts;
+        a remaining tie goes to the greater grade, a retraction lowest, so that
+        even two different events with the same ts and id resolve the same way
+        in every order.
+        """
+        has_grade = self.grade is not None
+        return (self.ts, self.event_id is not None, self.event_id or "", has_grade,
+                self.grade if self.grade is not None else 0.0)
+
+
+Event = Impression | Judgment
+
+
+@dataclass(frozen=True)
+class InvalidEvent:
+    """A message that broke the contract: never applied, always counted."""
+
+    reason: str
+    detail: str = field(default="", compare=False)
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _DuplicateKey(key)
+        obj[key] = value
+    return obj
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_decoder = json.JSONDecoder(object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant)
+
+
+class _Invalid(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.detail = detail
+
+
+def parse_event(raw: bytes | str | None, limits: Limits = Limits()) -> Event | InvalidEvent:
+    """Parse one message value into an event, or say why it is rejected."""
+    try:
+        return _parse(raw, limits)
+    except _Invalid as invalid:
+        return InvalidEvent(invalid.reason, invalid.detail)
+    except RecursionError:
+        return InvalidEvent("not_json", "nested too deeply")
+
+
+def _parse(raw: bytes | str | None, limits: Limits) -> Event:
+    if raw is None:
+        raise _Invalid("null_message", "message has no value (tombstone)")
+    size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
+    if size > limits.max_message_bytes:
+        raise _Invalid("message_too_large", f"{size} bytes > {limits.max_message_bytes}")
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _Invalid("not_utf8", str(exc)) from None
+    else:
+        text = raw
+    try:
+        obj = _decoder.decode(text)
+    except _DuplicateKey as exc:
+        raise _Invalid("duplicate_key", f"key {exc} appears twice") from None
+    except ValueError as exc:
+        raise _Invalid("not_json", str(exc)) from None
+    if not isinstance(obj, dict):
+        raise _Invalid("not_object", f"JSON {type(obj).__name__}, not an object")
+    kind = obj.get("type")
+    if kind is None:
+        raise _Invalid("missing_type", "no 'type' field")
+    if kind == "impression":
+        return _impression(obj, limits)
+    if kind == "judgment":
+        return _judgment(obj, limits)
+    raise _Invalid("unknown_type", f"type {str(kind)[:64]!r} is neither impression nor judgment")
+
+
+def _identifier(obj: dict[str, Any], name: str, limits: Limits, *, optional: bool = False) -> Any:
+    value = obj.get(name)
+    if value is None:
+        if optional:
+            return None
+        raise _Invalid(f"missing_{name}", f"no '{name}' field")
+    if not isinstance(value, str):
+        raise _Invalid(f"invalid_{name}", f"'{name}' must be a string, got {type(value).__name__}")
+    if not value:
+        raise _Invalid(f"empty_{name}", f"'{name}' is empty")
+    if len(value) > limits.max_id_length:
+        raise _Invalid(f"oversize_{name}", f"'{name}' is {len(value)} characters > {limits.max_id_length}")
+    return value
+
+
+def _timestamp(obj: dict[str, Any]) -> int:
+    value = obj.get("ts")
+    if value is None:
+        raise _Invalid("missing_ts", "no 'ts' field")
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise _Invalid("invalid_ts", f"'ts' must be epoch milliseconds or RFC 3339, got {type(value).__name__}")
+    if isinstance(value, str):
+        value = _rfc3339_ms(value)
+    if value < 0:
+        raise _Invalid("ts_out_of_range", f"ts {value} is before 1970")
+    if value > MAX_TS_MS:
+        raise _Invalid("ts_out_of_range", f"ts {value} is after 9999")
+    return value
+
+
+def _rfc3339_ms(text: str) -> int:
+    # fromisoformat accepts more than RFC 3339 (week dates, no 'T'...); insist on its core shape.
+    if len(text) < 20 or text[4] != "-" or text[7] != "-" or text[10] not in "Tt ":
+        raise _Invalid("invalid_ts", f"ts {text[:64]!r} is not RFC 3339")
+    try:
+        moment = datetime.fromisoformat(text.replace("z", "Z"))
+    except ValueError:
+        raise _Invalid("invalid_ts", f"ts {text[:64]!r} is not RFC 3339") from None
+    if moment.tzinfo is None:
+        raise _Invalid("invalid_ts", f"ts {text[:64]!r} has no UTC offset")
+    return (moment - _EPOCH) // _MILLISECOND
+
+
+def _impression(obj: dict[str, Any], limits: Limits) -> Impression:
+    impression_id = _identifier(obj, "impression_id", limits)
+    query_id = _identifier(obj, "query_id", limits)
+    event_id = _identifier(obj, "event_id", limits, optional=True)
+    ts = _timestamp(obj)
+    results = obj.get("results")
+    if results is None:
+        raise _Invalid("missing_results", "no 'results' field")
+    if not isinstance(results, list):
+        raise _Invalid("invalid_results", f"'results' must be a list, got {type(results).__name__}")
+    if len(results) > limits.max_results:
+        raise _Invalid("oversize_results", f"{len(results)} results > {limits.max_results}")
+    for doc in results:
+        if not isinstance(doc, str):
+            raise _Invalid("invalid_result", f"a result must be a document id string, got {type(doc).__name__}")
+        if not doc:
+            raise _Invalid("empty_result", "a result is an empty document id")
+        if len(doc) > limits.max_id_length:
+            raise _Invalid("oversize_result", f"a document id is {len(doc)} characters > {limits.max_id_length}")
+    return Impression(
+        impression_id=impression_id,
+        query_id=query_id,
+        ts=ts,
+        results=tuple(results),
+        segment=_segment(obj.get("segment"), limits),
+        event_id=event_id,
+    )
+
+
+def _segment(value: Any, limits: Limits) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise _Invalid("invalid_segment", f"'segment' must be an object, got {type(value).__name__}")
+    if len(value) > limits.max_segment_keys:
+        raise _Invalid("oversize_segment", f"{len(value)} segment keys > {limits.max_segment_keys}")
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise _Invalid("invalid_segment", f"segment value of {key[:64]!r} must be a string")
+        if not key or len(key) > limits.max_id_length or len(item) > limits.max_id_length:
+            raise _Invalid("invalid_segment", "segment keys must be non-empty and segment strings short")
+    return tuple(sorted(value.items()))
+
+
+def _judgment(obj: dict[str, Any], limits: Limits) -> Judgment:
+    query_id = _identifier(obj, "query_id", limits)
+    doc_id = _identifier(obj, "doc_id", limits)
+    event_id = _identifier(obj, "event_id", limits, optional=True)
+    ts = _timestamp(obj)
+    if "grade" not in obj:
+        raise _Invalid("missing_grade", "no 'grade' field (null retracts; absent is an error)")
+    grade = obj["grade"]
+    if grade is not None:
+        if isinstance(grade, bool) or not isinstance(grade, (int, float)):
+            raise _Invalid("invalid_grade", f"'grade' must be a number or null, got {type(grade).__name__}")
+        grade = float(grade) if abs(grade) <= MAX_ABS_GRADE else math.inf
+        if not math.isfinite(grade):
+            raise _Invalid("grade_out_of_range", f"|grade| must be at most {MAX_ABS_GRADE:g}")
+    return Judgment(query_id=query_id, doc_id=doc_id, grade=grade, ts=ts, event_id=event_id)

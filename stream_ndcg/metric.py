@@ -1,0 +1,158 @@
+"""The metric: gains, discounts, DCG@k, ideal DCG, nDCG@k and judged ratio@k.
+
+Standard library only. Everything the service reports is one of these
+functions applied to a ranked list and the judgments known for its query.
+
+    >>> measure = Measure(cutoffs=(6,), gain="linear", ideal="list")
+    >>> score = score_list(["D1", "D2", "D3", "D4", "D5", "D6"],
+    ...                    {"D1": 3, "D2": 2, "D3": 3, "D4": 0, "D5": 1, "D6": 2}, measure)
+    >>> round(score.dcg[6], 3), round(score.ndcg[6] or 0.0, 3)
+    (6.861, 0.961)
+
+Definitions (the seeds in shared/seeds):
+- rank r starts at 1; discount(r) = 1 / log2(r + 1).
+- gain: ``exponential`` 2**grade - 1, ``linear`` grade.
+- DCG@k sums gain * discount over the first k ranks. An unjudged document has
+  gain 0 and keeps its rank; a document repeated in one list counts only at
+  its first rank; ranks past the end of a short list count as gain 0.
+- ideal DCG@k: the k largest positive gains, sorted, discounted. ``pool``
+  takes them from every judgment known for the query (shown or not), ``list``
+  from the list's own judged documents. Negative gains never enter the ideal.
+- nDCG@k = DCG@k / ideal DCG@k, and None when the ideal DCG is 0.
+- judged ratio@k: the share of the k top ranks that hold a judged document.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Gain = Literal["exponential", "linear"]
+Ideal = Literal["pool", "list"]
+GAINS: tuple[Gain, ...] = ("exponential", "linear")
+IDEALS: tuple[Ideal, ...] = ("pool", "list")
+
+# 2**100 is far beyond any grading scale and keeps every sum finite.
+MAX_ABS_GRADE = 100.0
+
+
+@dataclass(frozen=True)
+class Measure:
+    """nDCG@k declared once: the cut-offs, the gain formula and the ideal ordering."""
+
+    cutoffs: tuple[int, ...] = (5, 10)
+    gain: Gain = "exponential"
+    ideal: Ideal = "pool"
+
+    def __post_init__(self) -> None:
+        if not self.cutoffs:
+            raise ValueError("at least one cut-off k is needed")
+        if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.cutoffs):
+            raise ValueError(f"cut-offs must be positive integers, got {self.cutoffs!r}")
+        if len(set(self.cutoffs)) != len(self.cutoffs):
+            raise ValueError(f"cut-offs must be distinct, got {self.cutoffs!r}")
+        if self.gain not in GAINS:
+            raise ValueError(f"gain must be one of {GAINS}, got {self.gain!r}")
+        if self.ideal not in IDEALS:
+            raise ValueError(f"ideal must be one of {IDEALS}, got {self.ideal!r}")
+
+    @property
+    def depth(self) -> int:
+        """The deepest rank any cut-off looks at."""
+        return max(self.cutoffs)
+
+    def gain_of(self, grade: float) -> float:
+        return gain(grade, self.gain)
+
+
+def gain(grade: float, formula: Gain) -> float:
+    """The gain of one judged document."""
+    if formula == "exponential":
+        return math.pow(2.0, grade) - 1.0
+    return float(grade)
+
+
+_DISCOUNTS: list[float] = [0.0]
+
+
+def discount(rank: int) -> float:
+    """1 / log2(rank + 1), rank counted from 1 (cached: it is on every hot path)."""
+    while len(_DISCOUNTS) <= rank:
+        _DISCOUNTS.append(1.0 / math.log2(len(_DISCOUNTS) + 1))
+    return _DISCOUNTS[rank]
+
+
+def cumulative_gain(gains: Iterable[float]) -> float:
+    """CG: the plain sum of the gains, blind to their order."""
+    return math.fsum(gains)
+
+
+def dcg(gains: Sequence[float], k: int) -> float:
+    """DCG@k of gains listed in rank order."""
+    return math.fsum(g * discount(rank) for rank, g in enumerate(gains[:k], start=1) if g)
+
+
+def ideal_dcg(gains: Iterable[float], k: int) -> float:
+    """Ideal DCG@k: the k largest positive gains, best first."""
+    best = heapq.nlargest(k, (g for g in gains if g > 0.0))
+    return math.fsum(g * discount(rank) for rank, g in enumerate(best, start=1))
+
+
+def ndcg(dcg_value: float, ideal_value: float) -> float | None:
+    """nDCG, or None where the ideal DCG is 0 and the ratio means nothing."""
+    return dcg_value / ideal_value if ideal_value > 0.0 else None
+
+
+def first_occurrences(results: Sequence[str], depth: int) -> list[tuple[int, str]]:
+    """(rank, doc) of the first `depth` ranks, dropping repeats of a document."""
+    seen: set[str] = set()
+    ranked: list[tuple[int, str]] = []
+    for rank, doc in enumerate(results[:depth], start=1):
+        if doc not in seen:
+            seen.add(doc)
+            ranked.append((rank, doc))
+    return ranked
+
+
+@dataclass(frozen=True)
+class ListScore:
+    """DCG, nDCG (None when undefined) and judged ratio of one list, by cut-off."""
+
+    dcg: dict[int, float]
+    ndcg: dict[int, float | None]
+    judged_ratio: dict[int, float]
+
+
+def score_list(
+    results: Sequence[str],
+    grades: Mapping[str, float],
+    measure: Measure,
+) -> ListScore:
+    """Score one ranked list against the judgments of its query, from scratch.
+
+    `grades` holds every current judgment of the query; with the pool ideal the
+    judged documents that the list does not show still raise its ideal DCG.
+    """
+    ranked = first_occurrences(results, measure.depth)
+    gains_by_rank = [0.0] * min(len(results), measure.depth)
+    judged_ranks: list[int] = []
+    for rank, doc in ranked:
+        grade = grades.get(doc)
+        if grade is not None:
+            gains_by_rank[rank - 1] = measure.gain_of(grade)
+            judged_ranks.append(rank)
+    if measure.ideal == "pool":
+        ideal_pool = [measure.gain_of(g) for g in grades.values()]
+    else:
+        ideal_pool = [measure.gain_of(grades[doc]) for _, doc in ranked if doc in grades]
+    dcgs: dict[int, float] = {}
+    ndcgs: dict[int, float | None] = {}
+    judged: dict[int, float] = {}
+    for k in measure.cutoffs:
+        dcgs[k] = dcg(gains_by_rank, k)
+        ndcgs[k] = ndcg(dcgs[k], ideal_dcg(ideal_pool, k))
+        judged[k] = sum(1 for rank in judged_ranks if rank <= k) / k
+    return ListScore(dcg=dcgs, ndcg=ndcgs, judged_ratio=judged)

@@ -1,0 +1,122 @@
+"""The offline replay: the batch computation over files of events, and the service's oracle.
+
+It keeps every distinct impression and every judgment revision, then scores
+each impression from scratch with `metric.score_list` against the final
+judgments of its query. No window, no clock and no expiry: every event of the
+input counts, whenever it arrived.
+
+    replay = Replay(Measure(cutoffs=(5, 10)))
+    for line in open("events.jsonl", "rb"):
+        replay.add(line)
+    print(replay.summary())
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from stream_ndcg.events import Impression, InvalidEvent, Judgment, Limits, parse_event
+from stream_ndcg.metric import ListScore, Measure, score_list
+
+
+@dataclass(frozen=True)
+class ScoredImpression:
+    impression: Impression
+    score: ListScore
+
+
+class Replay:
+    """Collects events under the contract and scores them in one pass at the end."""
+
+    def __init__(self, measure: Measure, limits: Limits = Limits()) -> None:
+        self.measure = measure
+        self.limits = limits
+        self._impressions: dict[str, Impression] = {}
+        self._winners: dict[str, dict[str, Judgment]] = {}
+        self._revisions: set[Judgment] = set()
+        self.duplicates: Counter[str] = Counter()
+        self.rejected: Counter[str] = Counter()
+
+    def add(self, raw: bytes | str) -> InvalidEvent | None:
+        """Apply one message; return its rejection, if any."""
+        event = parse_event(raw, self.limits)
+        if isinstance(event, InvalidEvent):
+            self.rejected[event.reason] += 1
+            return event
+        if isinstance(event, Impression):
+            if event.impression_id in self._impressions:
+                self.duplicates["impression"] += 1
+            else:
+                self._impressions[event.impression_id] = event
+            return None
+        if event in self._revisions:
+            self.duplicates["judgment"] += 1
+            return None
+        self._revisions.add(event)
+        winners = self._winners.setdefault(event.query_id, {})
+        current = winners.get(event.doc_id)
+        if current is None or event.precedence > current.precedence:
+            winners[event.doc_id] = event
+        return None
+
+    def grades(self, query_id: str) -> dict[str, float]:
+        return {doc: j.grade for doc, j in self._winners.get(query_id, {}).items() if j.grade is not None}
+
+    def scored(self) -> Iterator[ScoredImpression]:
+        """Every distinct impression, scored with every judgment applied, in arrival order."""
+        grades_by_query: dict[str, dict[str, float]] = {}
+        for impression in self._impressions.values():
+            grades = grades_by_query.get(impression.query_id)
+            if grades is None:
+                grades = grades_by_query[impression.query_id] = self.grades(impression.query_id)
+            yield ScoredImpression(impression, score_list(impression.results, grades, self.measure))
+
+    def per_impression(self) -> Iterator[dict[str, Any]]:
+        for item in self.scored():
+            yield {
+                "impression_id": item.impression.impression_id,
+                "query_id": item.impression.query_id,
+                "dcg": {str(k): v for k, v in item.score.dcg.items()},
+                "ndcg": {str(k): v for k, v in item.score.ndcg.items()},
+                "judged_ratio": {str(k): v for k, v in item.score.judged_ratio.items()},
+            }
+
+    def summary(self) -> dict[str, Any]:
+        scored = list(self.scored())
+        by_segment: dict[str, dict[str, list[ListScore]]] = {}
+        for item in scored:
+            for key, value in item.impression.segment:
+                by_segment.setdefault(key, {}).setdefault(value, []).append(item.score)
+        return {
+            "k": summarize([item.score for item in scored], self.measure.cutoffs),
+            "by_segment": {
+                key: {value: summarize(scores, self.measure.cutoffs) for value, scores in sorted(values.items())}
+                for key, values in sorted(by_segment.items())
+            },
+            "events": {
+                "impression": len(self._impressions),
+                "judgment": len(self._revisions),
+                "duplicate": sum(self.duplicates.values()),
+                "rejected": dict(sorted(self.rejected.items())),
+            },
+        }
+
+
+def summarize(scores: list[ListScore], cutoffs: tuple[int, ...]) -> dict[str, dict[str, Any]]:
+    """Means per cut-off: nDCG over scored impressions, DCG and judged ratio over all."""
+    out: dict[str, dict[str, Any]] = {}
+    for k in cutoffs:
+        defined = [s.ndcg[k] for s in scores if s.ndcg[k] is not None]
+        n = len(scores)
+        out[str(k)] = {
+            "ndcg_mean": math.fsum(v for v in defined if v is not None) / len(defined) if defined else None,
+            "dcg_mean": math.fsum(s.dcg[k] for s in scores) / n if n else None,
+            "judged_ratio": math.fsum(s.judged_ratio[k] for s in scores) / n if n else None,
+            "scored_impressions": len(defined),
+            "impressions": n,
+        }
+    return out

@@ -1,0 +1,125 @@
+"""The seeds' worked examples (shared/seeds) as test vectors for the metric core."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from stream_ndcg.metric import (
+    Measure,
+    cumulative_gain,
+    dcg,
+    discount,
+    gain,
+    ideal_dcg,
+    ndcg,
+    score_list,
+)
+
+SEED_DOCS = ["D1", "D2", "D3", "D4", "D5", "D6"]
+SEED_GRADES = {"D1": 3.0, "D2": 2.0, "D3": 3.0, "D4": 0.0, "D5": 1.0, "D6": 2.0}
+# The seed's extension: two more judged documents that the list never showed.
+SEED_UNSHOWN = {"D7": 3.0, "D8": 2.0}
+
+
+def test_cumulative_gain_of_the_seed_is_11() -> None:
+    assert cumulative_gain(SEED_GRADES[d] for d in SEED_DOCS) == 11
+
+
+def test_discount_is_one_over_log2_of_rank_plus_one() -> None:
+    assert discount(1) == 1.0
+    assert discount(3) == 0.5
+    assert discount(2) == pytest.approx(1 / 1.585, abs=1e-3)
+
+
+def test_seed_dcg_idcg_and_ndcg_with_linear_gain() -> None:
+    gains = [SEED_GRADES[d] for d in SEED_DOCS]
+    assert round(dcg(gains, 6), 3) == 6.861
+    assert round(ideal_dcg(gains, 6), 3) == 7.141
+    value = ndcg(dcg(gains, 6), ideal_dcg(gains, 6))
+    assert value is not None and round(value, 3) == 0.961
+
+
+def test_seed_with_two_more_judged_documents_uses_the_pool() -> None:
+    grades = SEED_GRADES | SEED_UNSHOWN
+    pooled = score_list(SEED_DOCS, grades, Measure(cutoffs=(6,), gain="linear", ideal="pool"))
+    assert round(pooled.dcg[6], 3) == 6.861
+    assert round(ideal_dcg(grades.values(), 6), 3) == 8.740
+    assert pooled.ndcg[6] is not None and round(pooled.ndcg[6], 3) == 0.785
+    # The list ideal ignores documents the list did not show: the 0.961 of the seed.
+    listed = score_list(SEED_DOCS, grades, Measure(cutoffs=(6,), gain="linear", ideal="list"))
+    assert listed.ndcg[6] is not None and round(listed.ndcg[6], 3) == 0.961
+
+
+def test_seed_four_documents_dcg() -> None:
+    # Seed 001: D1..D4 graded 3, 2, 3, 0 gives DCG@4 5.762. It prints IDCG 5.898 and nDCG
+    # 0.976, an arithmetic slip: 3 + 3/log2(3) + 2/2 + 0 is 5.893, and 5.762 / 5.893 is 0.978.
+    score = score_list(SEED_DOCS[:4], SEED_GRADES, Measure(cutoffs=(4,), gain="linear", ideal="list"))
+    assert round(score.dcg[4], 3) == 5.762
+    assert round(ideal_dcg([3.0, 2.0, 3.0, 0.0], 4), 3) == 5.893
+    assert score.ndcg[4] is not None and round(score.ndcg[4], 3) == 0.978
+
+
+def test_exponential_gain_is_two_to_the_grade_minus_one() -> None:
+    assert gain(3, "exponential") == 7.0
+    assert gain(0, "exponential") == 0.0
+    assert gain(0.5, "exponential") == pytest.approx(math.sqrt(2) - 1)
+    assert gain(3, "linear") == 3.0
+    score = score_list(SEED_DOCS, SEED_GRADES, Measure(cutoffs=(6,), gain="exponential", ideal="list"))
+    expected = 7 + 3 / math.log2(3) + 7 / 2 + 0 + 1 / math.log2(6) + 3 / math.log2(7)
+    assert score.dcg[6] == pytest.approx(expected, abs=1e-12)
+
+
+def test_unjudged_results_keep_their_rank_and_count_in_the_judged_ratio() -> None:
+    score = score_list(["x", "D1", "y", "D3"], SEED_GRADES, Measure(cutoffs=(2, 4), gain="linear", ideal="list"))
+    assert score.dcg[4] == pytest.approx(3 / math.log2(3) + 3 / math.log2(5))
+    assert score.judged_ratio == {2: 0.5, 4: 0.5}
+
+
+def test_short_lists_are_penalised_at_k() -> None:
+    # Seed limitation 2: {1,1,1} against a pool of five relevant documents at k=5.
+    grades = {f"d{i}": 1.0 for i in range(5)}
+    measure = Measure(cutoffs=(5,), gain="linear", ideal="pool")
+    short = score_list(["d0", "d1", "d2"], grades, measure)
+    full = score_list(["d0", "d1", "d2", "d3", "d4"], grades, measure)
+    assert full.ndcg[5] == pytest.approx(1.0)
+    assert short.ndcg[5] is not None and short.ndcg[5] < 1.0
+    assert short.judged_ratio[5] == pytest.approx(3 / 5)
+
+
+def test_negative_grades_count_in_dcg_but_never_in_the_ideal() -> None:
+    grades = {"good": 1.0, "bad": -1.0}
+    score = score_list(["bad", "good"], grades, Measure(cutoffs=(2,), gain="linear", ideal="pool"))
+    assert score.dcg[2] == pytest.approx(-1.0 + 1 / math.log2(3))
+    assert score.ndcg[2] == pytest.approx(-1.0 + 1 / math.log2(3))
+
+
+def test_a_repeated_document_counts_only_at_its_first_rank() -> None:
+    grades = {"a": 1.0}
+    score = score_list(["a", "a", "b"], grades, Measure(cutoffs=(3,), gain="linear", ideal="pool"))
+    assert score.dcg[3] == 1.0
+    assert score.judged_ratio[3] == pytest.approx(1 / 3)
+
+
+def test_ideal_dcg_of_zero_gives_an_undefined_ndcg() -> None:
+    score = score_list(["a", "b"], {"a": 0.0}, Measure(cutoffs=(2,), gain="exponential", ideal="pool"))
+    assert score.ndcg[2] is None
+    assert score.dcg[2] == 0.0
+    assert score.judged_ratio[2] == 0.5
+    assert score_list([], {}, Measure()).ndcg == {5: None, 10: None}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"cutoffs": ()}, "at least one"),
+        ({"cutoffs": (0,)}, "positive"),
+        ({"cutoffs": (5, 5)}, "distinct"),
+        ({"gain": "cubic"}, "gain"),
+        ({"ideal": "oracle"}, "ideal"),
+    ],
+)
+def test_a_measure_rejects_bad_parameters(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Measure(**kwargs)  # type: ignore[arg-type]
