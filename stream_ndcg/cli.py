@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stream-ndcg", description="Streaming DCG/nDCG@k for search rankings.")
     sub = parser.add_subparsers(dest="command", required=True)
     replay = sub.add_parser("replay", help="compute the metrics from files of events, no servers")
-    replay.add_argument("files", nargs="+", metavar="EVENTS.jsonl", help="event files, one JSON object a line; - for stdin")
+    replay.add_argument("files", nargs="+", metavar="EVENTS.jsonl",
+                        help="event files, one JSON object a line; - for stdin")
     _add_measure_flags(replay)
     replay.add_argument("--per-impression", metavar="OUT.jsonl", help="write one line of scores per impression")
     replay.set_defaults(handler=cmd_replay)

@@ -88,7 +88,7 @@ class QueryState:
         return json.dumps(
             {
                 "r": self.revisions,
-                "g": [[b, s, g.impressions, [[list(l), c] for l, c in g.lists.items()], g.credited]
+                "g": [[b, s, g.impressions, [[list(ranked), c] for ranked, c in g.lists.items()], g.credited]
                       for (b, s), g in self.groups.items()],
             },
             separators=(",", ":"),
@@ -119,9 +119,10 @@ class BatchOutcome:
     """What one batch of events changed."""
 
     touched: dict[str, QueryState] = field(default_factory=dict)
-    aggregates: Counter[AggregateKey] = field(default_factory=Counter)
+    aggregates: dict[AggregateKey, float] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
     impression_buckets: dict[str, int] = field(default_factory=dict)
+    clock_ms: int | None = None
 
 
 class Engine:
@@ -140,7 +141,7 @@ class Engine:
         bucket_ms: int = 60_000,
         *,
         horizon_ms: int | None = None,
-        judgment_ttl_ms: int | None = None,
+        judgment_max_age_ms: int | None = None,
         segment_key: SegmentKeyFn = full_segment_key,
     ) -> None:
         if bucket_ms < 1:
@@ -148,7 +149,7 @@ class Engine:
         self.measure = measure
         self.bucket_ms = bucket_ms
         self.horizon_ms = horizon_ms
-        self.judgment_ttl_ms = judgment_ttl_ms
+        self.judgment_max_age_ms = judgment_max_age_ms
         self.segment_key = segment_key
 
     def bucket_of(self, ts: int) -> int:
@@ -160,23 +161,30 @@ class Engine:
         states: Mapping[str, QueryState],
         known_impressions: set[str],
         now_ms: int | None = None,
+        *,
+        event_clock: bool = False,
     ) -> BatchOutcome:
         """Apply events in order. `states` must hold every query the events name
         (a missing one starts empty); `known_impressions` the impression ids
-        already applied. `now_ms` drives expiry; None disables it."""
-        outcome = BatchOutcome()
+        already applied. `now_ms` drives expiry and too-old rejections (None:
+        neither); with `event_clock` it advances to each event's time, so the
+        outcome depends on the order of the events, never on batch boundaries.
+        The clock reached is `outcome.clock_ms`."""
+        outcome = BatchOutcome(clock_ms=now_ms)
         pending: dict[str, _Pending] = {}
         for event in events:
             if isinstance(event, InvalidEvent):
                 outcome.counts[f"rejected:{event.reason}"] += 1
                 continue
+            if event_clock and (now_ms is None or event.ts > now_ms):
+                now_ms = outcome.clock_ms = event.ts
             state = outcome.touched.get(event.query_id)
             if state is None:
                 state = states.get(event.query_id) or QueryState()
                 outcome.touched[event.query_id] = state
                 pending[event.query_id] = _Pending()
                 if now_ms is not None:
-                    self._expire(state, now_ms, pending[event.query_id])
+                    self._expire(state, now_ms)
             if isinstance(event, Impression):
                 self._impression(event, state, known_impressions, now_ms, outcome, pending[event.query_id])
             else:
@@ -222,7 +230,8 @@ class Engine:
         outcome: BatchOutcome,
         todo: _Pending,
     ) -> None:
-        if now_ms is not None and self.judgment_ttl_ms is not None and event.ts < now_ms - self.judgment_ttl_ms:
+        if (now_ms is not None and self.judgment_max_age_ms is not None
+                and event.ts < now_ms - self.judgment_max_age_ms):
             outcome.counts["rejected:too_old"] += 1
             return
         revision = revision_of(event)
@@ -236,19 +245,16 @@ class Engine:
         if max(seen, key=precedence)[2] != before:
             todo.docs.add(event.doc_id)
 
-    def _expire(self, state: QueryState, now_ms: int, todo: _Pending) -> None:
+    def _expire(self, state: QueryState, now_ms: int) -> None:
+        """Drop the groups behind the horizon: their buckets are behind every
+        window, so nothing is un-credited. Judgments stay while the query is
+        alive; the store expires a query's whole state after its last event."""
         if self.horizon_ms is not None:
             oldest = self.bucket_of(now_ms - self.horizon_ms)
-            # Their buckets are behind every window, so nothing is un-credited.
             for key in [key for key in state.groups if key[0] < oldest]:
                 del state.groups[key]
-        if self.judgment_ttl_ms is not None:
-            cutoff = now_ms - self.judgment_ttl_ms
-            for doc in [doc for doc, seen in state.revisions.items() if max(seen, key=precedence)[0] < cutoff]:
-                del state.revisions[doc]
-                todo.docs.add(doc)
 
-    def _recredit(self, state: QueryState, todo: _Pending, aggregates: Counter[AggregateKey]) -> None:
+    def _recredit(self, state: QueryState, todo: _Pending, aggregates: dict[AggregateKey, float]) -> None:
         """Re-credit the groups that new impressions or grade changes can move."""
         if not todo.groups and not todo.docs:
             return
@@ -298,13 +304,13 @@ class Engine:
         key: tuple[int, str],
         group: Group,
         totals: dict[str, float],
-        aggregates: Counter[AggregateKey],
+        aggregates: dict[AggregateKey, float],
     ) -> None:
         bucket, segment = key
         for name, value in totals.items():
             change = value - group.credited.get(name, 0.0)
             if change:
-                aggregates[(bucket, segment, name)] += change
+                aggregates[(bucket, segment, name)] = aggregates.get((bucket, segment, name), 0.0) + change
         group.credited = totals
 
 

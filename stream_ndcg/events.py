@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from stream_ndcg.metric import MAX_ABS_GRADE
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
 # Timestamps past 9999-12-31 cannot be written as RFC 3339 and are not event times.
 MAX_TS_MS = 253_402_300_799_999
@@ -39,6 +39,9 @@ class Limits:
     max_message_bytes: int = 1_048_576
     max_id_length: int = 512
     max_segment_keys: int = 16
+
+
+DEFAULT_LIMITS = Limits()
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ class _Invalid(Exception):
         self.detail = detail
 
 
-def parse_event(raw: bytes | str | None, limits: Limits = Limits()) -> Event | InvalidEvent:
+def parse_event(raw: bytes | str | None, limits: Limits = DEFAULT_LIMITS) -> Event | InvalidEvent:
     """Parse one message value into an event, or say why it is rejected."""
     try:
         return _parse(raw, limits)

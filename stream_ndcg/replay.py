@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from stream_ndcg.events import Impression, InvalidEvent, Judgment, Limits, parse_event
+from stream_ndcg.events import DEFAULT_LIMITS, Impression, InvalidEvent, Judgment, Limits, parse_event
 from stream_ndcg.metric import ListScore, Measure, score_list
 
 
@@ -32,7 +32,7 @@ class ScoredImpression:
 class Replay:
     """Collects events under the contract and scores them in one pass at the end."""
 
-    def __init__(self, measure: Measure, limits: Limits = Limits()) -> None:
+    def __init__(self, measure: Measure, limits: Limits = DEFAULT_LIMITS) -> None:
         self.measure = measure
         self.limits = limits
         self._impressions: dict[str, Impression] = {}

@@ -1,0 +1,38 @@
+"""The exception tree of stream-ndcg.
+
+    StreamNdcgError                 root: catch this to catch them all
+    ├── ConfigError                 settings that cannot work; raised at start-up, fatal
+    ├── RecoverableError            the world is broken for now: back off, retry, never exit
+    │   ├── StoreUnavailable        Redis cannot be reached or failed mid-command
+    │   └── BrokerUnavailable       Kafka cannot be reached
+    └── FencedError                 another instance claimed the partition: drop it, do not write
+
+Bad input is not an exception: `events.parse_event` returns an `InvalidEvent`,
+which is counted and skipped (data, not an incident).
+"""
+
+from __future__ import annotations
+
+
+class StreamNdcgError(Exception):
+    """The root of every error stream-ndcg raises on purpose."""
+
+
+class ConfigError(StreamNdcgError):
+    """The settings cannot work; say which and why."""
+
+
+class RecoverableError(StreamNdcgError):
+    """A transient fault of a dependency: retry with backoff."""
+
+
+class StoreUnavailable(RecoverableError):
+    """Redis is unreachable or failed mid-command."""
+
+
+class BrokerUnavailable(RecoverableError):
+    """Kafka is unreachable."""
+
+
+class FencedError(StreamNdcgError):
+    """A newer holder claimed the partition; this instance must not write to it."""

@@ -1,0 +1,135 @@
+"""A traffic generator of realistic shape, for demos, tests and benchmarks.
+
+Standard library only. Queries follow a Zipf law; each query has a corpus of
+documents with a hidden true grade; each variant ranks them by that grade
+plus noise (the lower the noise, the better the variant); raters judge a
+share of the shown documents, and now and then an unshown one, seconds to
+hours of event time later; some judgments are revised or retracted; a share
+of the messages is malformed. Same seed, same events.
+
+    for key, value in Simulator(SimulationSpec(events=1000, seed=7)).messages():
+        producer.send("search-events", key=key, value=value)
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+MALFORMED = (
+    b"{not json",
+    b'{"type": "impression"}',
+    b'{"type": "judgment", "query_id": "q", "doc_id": "d", "grade": "high", "ts": 1}',
+    b'{"type": "click", "query_id": "q", "ts": 1}',
+    b"[1, 2, 3]",
+    b"\xff\xfe",
+)
+
+
+@dataclass(frozen=True)
+class SimulationSpec:
+    """What to generate. Rates are in events per second of event time."""
+
+    events: int = 10_000
+    seed: int = 1
+    queries: int = 1_000
+    zipf_exponent: float = 1.1
+    docs_per_query: int = 30
+    list_length: int = 10
+    # variant -> ranking noise; lower noise ranks closer to the truth.
+    variants: tuple[tuple[str, float], ...] = (("A", 0.5), ("B", 2.0))
+    judged_share: float = 1 / 3
+    unshown_judged_share: float = 0.02
+    revision_share: float = 0.05
+    retraction_share: float = 0.01
+    malformed_share: float = 0.0
+    rate: float = 1_000.0
+    start_ms: int = 1_763_683_200_000
+    max_delay_ms: int = 3_600_000
+    engines: tuple[str, ...] = field(default=())
+
+
+class Simulator:
+    """Generates the messages of one `SimulationSpec`, in arrival order."""
+
+    def __init__(self, spec: SimulationSpec) -> None:
+        self.spec = spec
+        self._random = random.Random(spec.seed)  # noqa: S311 - reproducible traffic, not secrets
+        weights = [1.0 / (rank**spec.zipf_exponent) for rank in range(1, spec.queries + 1)]
+        self._cumulative = list(itertools.accumulate(weights))
+        self._truth: dict[int, list[float]] = {}
+
+    def _query(self) -> int:
+        point = self._random.random() * self._cumulative[-1]
+        return min(bisect.bisect_left(self._cumulative, point), self.spec.queries - 1)
+
+    def _grades(self, query: int) -> list[float]:
+        grades = self._truth.get(query)
+        if grades is None:
+            local = random.Random(f"{self.spec.seed}:{query}")  # noqa: S311
+            grades = [float(local.choices((0, 1, 2, 3), weights=(50, 25, 15, 10))[0])
+                      for _ in range(self.spec.docs_per_query)]
+            self._truth[query] = grades
+        return grades
+
+    def messages(self) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) pairs: key the query id, value the JSON event (or garbage)."""
+        spec = self.spec
+        rnd = self._random
+        # Judgments wait in a heap until the event clock passes their time.
+        pending: list[tuple[int, int, bytes, bytes]] = []
+        serial = itertools.count()
+        emitted = 0
+        step = 1000.0 / spec.rate
+        impression = 0
+        while emitted < spec.events:
+            now = spec.start_ms + int(impression * step)
+            while pending and pending[0][0] <= now and emitted < spec.events:
+                _, _, key, value = heapq.heappop(pending)
+                yield key, value
+                emitted += 1
+            if emitted >= spec.events:
+                break
+            if spec.malformed_share and rnd.random() < spec.malformed_share:
+                yield b"garbage", rnd.choice(MALFORMED)
+                emitted += 1
+                continue
+            query = self._query()
+            key = f"q{query}".encode()
+            variant, noise = spec.variants[impression % len(spec.variants)]
+            grades = self._grades(query)
+            order = sorted(range(len(grades)), key=lambda d: -(grades[d] + rnd.gauss(0.0, noise)))
+            shown = order[: spec.list_length]
+            segment = {"variant": variant}
+            if spec.engines:
+                segment["engine"] = spec.engines[impression % len(spec.engines)]
+            event = {
+                "type": "impression",
+                "impression_id": f"i{spec.seed}-{impression}",
+                "query_id": f"q{query}",
+                "ts": now,
+                "results": [f"d{d}" for d in shown],
+                "segment": segment,
+            }
+            yield key, json.dumps(event).encode()
+            emitted += 1
+            impression += 1
+            judged = [d for d in shown if rnd.random() < spec.judged_share]
+            judged += [d for d in order[spec.list_length:] if rnd.random() < spec.unshown_judged_share]
+            for doc in judged:
+                ts = now + int(rnd.expovariate(1.0) * spec.max_delay_ms / 4) % spec.max_delay_ms + 1_000
+                grade: float | None = grades[doc]
+                judgment = {"type": "judgment", "query_id": f"q{query}", "doc_id": f"d{doc}", "grade": grade,
+                            "ts": ts, "event_id": f"j{spec.seed}-{next(serial)}"}
+                heapq.heappush(pending, (ts, next(serial), key, json.dumps(judgment).encode()))
+                if rnd.random() < spec.revision_share + spec.retraction_share:
+                    grade = None if rnd.random() < spec.retraction_share / (
+                        spec.revision_share + spec.retraction_share) else float(rnd.randint(0, 3))
+                    revised_ts = ts + rnd.randint(1_000, 600_000)
+                    later = dict(judgment, grade=grade, ts=revised_ts, event_id=f"j{spec.seed}-{next(serial)}")
+                    heapq.heappush(pending, (revised_ts, next(serial), key, json.dumps(later).encode()))

@@ -1,0 +1,151 @@
+"""The state store: the protocol every store meets, and its in-memory twin.
+
+A store keeps, per partition (a topic and partition of the input, named
+``"topic:partition"``), the query states, the impression ids already applied,
+the event clock and the next offset to consume; and, across partitions, the
+aggregate sums and the event counts. `commit` writes one batch's changes and
+its next offset in one atomic step, so a batch is applied entirely or not at
+all, and a store's offsets say exactly which events its state contains.
+
+Fencing: `claim` hands out a new epoch for a partition, and `commit` refuses
+(raises `FencedError`) a write carrying an older epoch, so an instance that
+lost a partition in a rebalance can no longer change it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from stream_ndcg.engine import AggregateKey, BatchOutcome, QueryState
+from stream_ndcg.errors import FencedError
+
+
+@dataclass
+class Snapshot:
+    """What a batch needs of one partition before the engine runs."""
+
+    states: dict[str, QueryState]
+    known_impressions: set[str]
+    clock_ms: int | None
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One batch of one partition, ready to be written."""
+
+    partition: str
+    epoch: int
+    outcome: BatchOutcome
+    next_offset: int
+
+
+class StateStore(Protocol):
+    """Where the service keeps everything; the in-memory and Redis stores meet one contract."""
+
+    def claim(self, partition: str) -> int:
+        """Take over a partition: a new epoch, which fences every earlier holder."""
+        ...
+
+    def next_offset(self, partition: str) -> int | None:
+        """The next offset to consume for a partition, None if it was never committed."""
+        ...
+
+    def load(self, partition: str, query_ids: Collection[str], impression_ids: Collection[str]) -> Snapshot:
+        ...
+
+    def commit(self, commits: Collection[Commit]) -> None:
+        """Write each partition's batch and next offset atomically; FencedError if an epoch is stale."""
+        ...
+
+    def aggregates(self) -> dict[AggregateKey, float]:
+        """The aggregate sums of every partition, added up."""
+        ...
+
+    def counts(self) -> Counter[str]:
+        ...
+
+    def clock_ms(self) -> int | None:
+        """The greatest event time any partition has seen."""
+        ...
+
+
+@dataclass
+class _Partition:
+    epoch: int = 0
+    next_offset: int | None = None
+    clock_ms: int | None = None
+    states: dict[str, str] = field(default_factory=dict)
+    impressions: dict[str, int] = field(default_factory=dict)
+
+
+class MemoryStore:
+    """The in-memory twin of the Redis store, for the offline paths and the tests.
+
+    States are kept serialised, as Redis keeps them, so that a loaded state is
+    never the engine's own object and a test through this store exercises the
+    same round trip.
+    """
+
+    def __init__(self, depth: int, *, bucket_ms: int = 60_000, horizon_ms: int | None = None) -> None:
+        self.depth = depth
+        self.bucket_ms = bucket_ms
+        self.horizon_ms = horizon_ms
+        self._partitions: dict[str, _Partition] = {}
+        self._aggregates: dict[AggregateKey, float] = {}
+        self._counts: Counter[str] = Counter()
+
+    def _partition(self, name: str) -> _Partition:
+        return self._partitions.setdefault(name, _Partition())
+
+    def claim(self, partition: str) -> int:
+        part = self._partition(partition)
+        part.epoch += 1
+        return part.epoch
+
+    def next_offset(self, partition: str) -> int | None:
+        return self._partition(partition).next_offset
+
+    def load(self, partition: str, query_ids: Collection[str], impression_ids: Collection[str]) -> Snapshot:
+        part = self._partition(partition)
+        states = {q: QueryState.from_json(part.states[q], self.depth) for q in query_ids if q in part.states}
+        return Snapshot(states, {i for i in impression_ids if i in part.impressions}, part.clock_ms)
+
+    def commit(self, commits: Collection[Commit]) -> None:
+        for commit in commits:
+            if commit.epoch != self._partition(commit.partition).epoch:
+                raise FencedError(f"partition {commit.partition} was claimed by a newer holder")
+        for commit in commits:
+            part = self._partition(commit.partition)
+            outcome = commit.outcome
+            for query_id, state in outcome.touched.items():
+                part.states[query_id] = state.to_json()
+            part.impressions.update(outcome.impression_buckets)
+            for key, change in outcome.aggregates.items():
+                self._aggregates[key] = self._aggregates.get(key, 0.0) + change
+            self._counts.update(outcome.counts)
+            part.next_offset = commit.next_offset
+            if outcome.clock_ms is not None:
+                part.clock_ms = max(part.clock_ms or outcome.clock_ms, outcome.clock_ms)
+            self._expire(part)
+
+    def _expire(self, part: _Partition) -> None:
+        if self.horizon_ms is None or part.clock_ms is None:
+            return
+        oldest = (part.clock_ms - self.horizon_ms) // self.bucket_ms
+        for impression_id in [i for i, bucket in part.impressions.items() if bucket < oldest]:
+            del part.impressions[impression_id]
+        for key in [key for key in self._aggregates if key[0] < oldest]:
+            del self._aggregates[key]
+
+    def aggregates(self) -> dict[AggregateKey, float]:
+        return dict(self._aggregates)
+
+    def counts(self) -> Counter[str]:
+        return Counter(self._counts)
+
+    def clock_ms(self) -> int | None:
+        clocks = [p.clock_ms for p in self._partitions.values() if p.clock_ms is not None]
+        return max(clocks) if clocks else None

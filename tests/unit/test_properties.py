@@ -1,0 +1,170 @@
+"""Properties of the contract and the engine, checked by hypothesis.
+
+- any permutation of the events gives the same replay output;
+- delivering any events again gives the same output;
+- the incremental engine, through the in-memory store, equals the batch
+  replay after every batch, whatever the batch boundaries.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stream_ndcg.engine import Engine, full_segment_key, window_means
+from stream_ndcg.events import Impression, InvalidEvent, parse_event
+from stream_ndcg.metric import Measure
+from stream_ndcg.replay import Replay
+from stream_ndcg.store import Commit, MemoryStore
+
+DOCS = [f"d{i}" for i in range(7)]
+QUERIES = ["q0", "q1", "q2"]
+
+grades = st.sampled_from([None, -1, 0, 1, 2, 3, 0.5])
+timestamps = st.integers(min_value=0, max_value=5)
+event_ids = st.sampled_from([None, "a", "b"])
+
+
+@st.composite
+def impression(draw: st.DrawFn) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "type": "impression",
+        "query_id": draw(st.sampled_from(QUERIES)),
+        "ts": draw(timestamps) * 60_000,
+        "results": draw(st.lists(st.sampled_from(DOCS), max_size=8)),
+    }
+    variant = draw(st.sampled_from([None, "A", "B"]))
+    if variant:
+        event["segment"] = {"variant": variant}
+    return event
+
+
+@st.composite
+def judgment(draw: st.DrawFn) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "type": "judgment",
+        "query_id": draw(st.sampled_from(QUERIES)),
+        "doc_id": draw(st.sampled_from(DOCS)),
+        "grade": draw(grades),
+        "ts": draw(timestamps) * 60_000,
+    }
+    event_id = draw(event_ids)
+    if event_id:
+        event["event_id"] = event_id
+    return event
+
+
+@st.composite
+def event_streams(draw: st.DrawFn) -> list[bytes]:
+    events = draw(st.lists(st.one_of(impression(), judgment()), max_size=40))
+    for serial, event in enumerate(events):
+        if event["type"] == "impression":
+            event["impression_id"] = f"i{serial}"
+    return [json.dumps(e).encode() for e in events]
+
+
+measures = st.builds(
+    Measure,
+    cutoffs=st.sampled_from([(1, 3), (5,), (2, 10)]),
+    gain=st.sampled_from(["exponential", "linear"]),
+    ideal=st.sampled_from(["pool", "list"]),
+)
+
+
+def replayed(messages: list[bytes], measure: Measure) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    replay = Replay(measure)
+    for message in messages:
+        replay.add(message)
+    per_impression = sorted(replay.per_impression(), key=lambda row: str(row["impression_id"]))
+    return replay.summary(), per_impression
+
+
+@given(event_streams(), measures, st.randoms(use_true_random=False))
+def test_any_permutation_gives_the_same_replay(messages: list[bytes], measure: Measure, rnd: Any) -> None:
+    shuffled = list(messages)
+    rnd.shuffle(shuffled)
+    assert_same(replayed(messages, measure), replayed(shuffled, measure))
+
+
+@given(event_streams(), measures, st.data())
+def test_delivering_events_again_changes_nothing_but_the_duplicate_count(
+        messages: list[bytes], measure: Measure, data: st.DataObject) -> None:
+    again = data.draw(st.lists(st.sampled_from(messages), max_size=10)) if messages else []
+    positions = data.draw(st.lists(st.integers(0, len(messages)), min_size=len(again), max_size=len(again)))
+    redelivered = list(messages)
+    for position, message in sorted(zip(positions, again, strict=True), key=lambda p: -p[0]):
+        redelivered.insert(position, message)
+    original, twice = replayed(messages, measure), replayed(redelivered, measure)
+    assert twice[0]["events"]["duplicate"] == original[0]["events"]["duplicate"] + len(again)
+    twice[0]["events"]["duplicate"] = original[0]["events"]["duplicate"]
+    assert_same(original, twice)
+
+
+@given(event_streams(), measures, st.lists(st.integers(1, 6), min_size=40, max_size=40))
+def test_the_engine_equals_the_batch_replay_after_every_batch(
+        messages: list[bytes], measure: Measure, batch_sizes: list[int]) -> None:
+    engine = Engine(measure)
+    store = MemoryStore(measure.depth)
+    epoch = store.claim("t:0")
+    replay = Replay(measure)
+    position = 0
+    for size in batch_sizes:
+        batch = messages[position: position + size]
+        if not batch:
+            break
+        events = [parse_event(m) for m in batch]
+        snapshot = store.load(
+            "t:0",
+            {e.query_id for e in events if not isinstance(e, InvalidEvent)},
+            {e.impression_id for e in events if isinstance(e, Impression)},
+        )
+        outcome = engine.apply(events, snapshot.states, snapshot.known_impressions)
+        position += len(batch)
+        store.commit([Commit("t:0", epoch, outcome, position)])
+        for message in batch:
+            replay.add(message)
+        expected = replay.summary()
+        assert_close(window_means(store.aggregates(), measure.cutoffs), expected["k"])
+        for value in ("A", "B"):
+            key = full_segment_key((("variant", value),))
+            only = {k: v for k, v in store.aggregates().items() if k[1] == key}
+            expected_segment = expected["by_segment"].get("variant", {}).get(value)
+            if expected_segment is not None:
+                assert_close(window_means(only, measure.cutoffs), expected_segment)
+        counts = store.counts()
+        assert counts["impression"] == expected["events"]["impression"]
+        assert counts["judgment"] == expected["events"]["judgment"]
+        assert counts["duplicate:impression"] + counts["duplicate:judgment"] == expected["events"]["duplicate"]
+    assert store.next_offset("t:0") == (position or None)
+
+
+def assert_close(ours: dict[str, dict[str, Any]], expected: dict[str, dict[str, Any]]) -> None:
+    for k, row in expected.items():
+        for name, value in row.items():
+            if name in ("scored_impressions", "impressions"):
+                assert ours[k][name] == value, (k, name)
+            elif value is None:
+                assert ours[k][name] is None, (k, name)
+            else:
+                assert ours[k][name] == pytest.approx(value, abs=1e-9), (k, name)
+
+
+def assert_same(a: tuple[dict[str, Any], list[dict[str, Any]]], b: tuple[dict[str, Any], list[dict[str, Any]]]) -> None:
+    assert a[0]["events"] == b[0]["events"]
+    assert json.dumps(a[0], sort_keys=True) == json.dumps(b[0], sort_keys=True) or _close_json(a[0], b[0])
+    assert len(a[1]) == len(b[1])
+    for row_a, row_b in zip(a[1], b[1], strict=True):
+        assert _close_json(row_a, row_b)
+
+
+def _close_json(a: Any, b: Any) -> bool:
+    """Equal, floats to 1e-9 (fsum makes most sums exact, but a mean of a permuted list may differ in its last bit)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close_json(a[k], b[k]) for k in a)
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= 1e-9
+    return bool(a == b)
