@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
 from typing import BinaryIO
 
+from stream_ndcg.config import ENV_PREFIX, Settings
+from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import InvalidEvent, Limits
 from stream_ndcg.metric import GAINS, IDEALS, Measure
 from stream_ndcg.replay import Replay
@@ -80,6 +83,77 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return status
 
 
+def _settings(args: argparse.Namespace) -> Settings:
+    flags = {name: getattr(args, name, None) for name in Settings.names()}
+    return Settings.load(flags=flags, environ=os.environ, config_file=args.config)
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"ts": self.formatTime(record), "level": record.levelname, "logger": record.name,
+                 "message": record.getMessage()}
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def _configure_logging(settings: Settings) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(_JsonFormatter() if settings.log_format == "json"
+                         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)
+    # kafka-python logs every reconnect attempt at WARNING/ERROR; the service says what matters itself.
+    logging.getLogger("kafka").setLevel(logging.CRITICAL if settings.log_level.upper() != "DEBUG" else logging.DEBUG)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from stream_ndcg import service
+
+    settings = _settings(args)
+    _configure_logging(settings)
+    return service.run(settings)
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    json.dump(settings.masked(), sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from stream_ndcg import devenv
+
+    if args.action == "up":
+        state = devenv.dev_up(args.kafka_port, args.redis_port)
+        print(f"kafka  {state['bootstrap_servers']}  (STREAM_NDCG_BOOTSTRAP_SERVERS)")
+        print(f"redis  {state['redis_url']}  (STREAM_NDCG_REDIS_URL)")
+        print("stop both with: stream-ndcg dev down")
+        return 0
+    if not devenv.dev_down():
+        print("nothing is up", file=sys.stderr)
+    return 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from stream_ndcg.simulator import SimulationSpec, Simulator
+
+    spec = SimulationSpec(events=args.events, seed=args.seed, queries=args.queries, rate=args.rate,
+                          malformed_share=args.malformed_share)
+    messages = Simulator(spec).messages()
+    if args.output:
+        with open(args.output, "wb") as out:
+            for _, value in messages:
+                out.write(value.replace(b"\n", b" ") + b"\n")
+        return 0
+    from stream_ndcg import service
+
+    sent = service.produce(args.bootstrap_servers or os.environ.get("STREAM_NDCG_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
+                           args.topic, messages, paced=args.paced, rate=args.rate)
+    print(f"sent {sent} messages to {args.topic}", file=sys.stderr)
+    return 0
+
+
 def _add_measure_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", type=parse_cutoffs, default=(5, 10), help="cut-offs, comma-separated (default 5,10)")
     parser.add_argument("--gain", choices=GAINS, default="exponential", help="gain formula (default exponential)")
@@ -96,12 +170,43 @@ def build_parser() -> argparse.ArgumentParser:
     _add_measure_flags(replay)
     replay.add_argument("--per-impression", metavar="OUT.jsonl", help="write one line of scores per impression")
     replay.set_defaults(handler=cmd_replay)
+
+    for name, help_text in (("run", "consume from Kafka, keep state in Redis, serve Prometheus metrics"),
+                            ("check-config", "validate and print the effective configuration, secrets masked")):
+        command = sub.add_parser(name, help=help_text)
+        command.add_argument("--config", metavar="FILE.toml", help="TOML settings file (also STREAM_NDCG_CONFIG)")
+        for setting in Settings.names():
+            command.add_argument("--" + setting.replace("_", "-"), dest=setting, metavar="VALUE",
+                                 help=f"(env {ENV_PREFIX}{setting.upper()})")
+        command.set_defaults(handler=cmd_run if name == "run" else cmd_check_config)
+
+    dev = sub.add_parser("dev", help="start or stop a local Kafka broker and redis-server on loopback")
+    dev.add_argument("action", choices=("up", "down"))
+    dev.add_argument("--kafka-port", type=int)
+    dev.add_argument("--redis-port", type=int)
+    dev.set_defaults(handler=cmd_dev)
+
+    simulate = sub.add_parser("simulate", help="generate realistic traffic to Kafka or to a JSONL file")
+    simulate.add_argument("--events", type=int, default=10_000)
+    simulate.add_argument("--seed", type=int, default=1)
+    simulate.add_argument("--queries", type=int, default=1_000)
+    simulate.add_argument("--rate", type=float, default=1_000.0, help="events per second of event time")
+    simulate.add_argument("--malformed-share", type=float, default=0.0)
+    simulate.add_argument("--output", metavar="FILE.jsonl", help="write to a file instead of Kafka")
+    simulate.add_argument("--bootstrap-servers")
+    simulate.add_argument("--topic", default="search-events")
+    simulate.add_argument("--paced", action="store_true", help="send at --rate in real time")
+    simulate.set_defaults(handler=cmd_simulate)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    status: int = args.handler(args)
+    try:
+        status: int = args.handler(args)
+    except ConfigError as exc:
+        print(f"stream-ndcg: configuration error: {exc}", file=sys.stderr)
+        return 2
     return status
 
 

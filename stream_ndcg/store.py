@@ -15,7 +15,7 @@ lost a partition in a rebalance can no longer change it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -53,15 +53,16 @@ class StateStore(Protocol):
         """The next offset to consume for a partition, None if it was never committed."""
         ...
 
-    def load(self, partition: str, query_ids: Collection[str], impression_ids: Collection[str]) -> Snapshot:
+    def load(self, partition: str, query_ids: Collection[str], impressions: Mapping[str, int]) -> Snapshot:
+        """The states of `query_ids`, and which of `impressions` (id -> bucket) were already applied."""
         ...
 
     def commit(self, commits: Collection[Commit]) -> None:
         """Write each partition's batch and next offset atomically; FencedError if an epoch is stale."""
         ...
 
-    def aggregates(self) -> dict[AggregateKey, float]:
-        """The aggregate sums of every partition, added up."""
+    def aggregates(self, since_bucket: int | None = None) -> dict[AggregateKey, float]:
+        """The aggregate sums of every partition from `since_bucket` on, added up."""
         ...
 
     def counts(self) -> Counter[str]:
@@ -71,6 +72,10 @@ class StateStore(Protocol):
         """The greatest event time any partition has seen."""
         ...
 
+    def admit(self, label: str, value: str, cap: int) -> bool:
+        """Whether `value` may be a value of segment label `label`: one of the first `cap` seen."""
+        ...
+
 
 @dataclass
 class _Partition:
@@ -78,7 +83,7 @@ class _Partition:
     next_offset: int | None = None
     clock_ms: int | None = None
     states: dict[str, str] = field(default_factory=dict)
-    impressions: dict[str, int] = field(default_factory=dict)
+    impressions: set[tuple[int, str]] = field(default_factory=set)
 
 
 class MemoryStore:
@@ -96,6 +101,7 @@ class MemoryStore:
         self._partitions: dict[str, _Partition] = {}
         self._aggregates: dict[AggregateKey, float] = {}
         self._counts: Counter[str] = Counter()
+        self._segment_values: dict[str, set[str]] = {}
 
     def _partition(self, name: str) -> _Partition:
         return self._partitions.setdefault(name, _Partition())
@@ -108,10 +114,11 @@ class MemoryStore:
     def next_offset(self, partition: str) -> int | None:
         return self._partition(partition).next_offset
 
-    def load(self, partition: str, query_ids: Collection[str], impression_ids: Collection[str]) -> Snapshot:
+    def load(self, partition: str, query_ids: Collection[str], impressions: Mapping[str, int]) -> Snapshot:
         part = self._partition(partition)
         states = {q: QueryState.from_json(part.states[q], self.depth) for q in query_ids if q in part.states}
-        return Snapshot(states, {i for i in impression_ids if i in part.impressions}, part.clock_ms)
+        known = {i for i, bucket in impressions.items() if (bucket, i) in part.impressions}
+        return Snapshot(states, known, part.clock_ms)
 
     def commit(self, commits: Collection[Commit]) -> None:
         for commit in commits:
@@ -122,7 +129,7 @@ class MemoryStore:
             outcome = commit.outcome
             for query_id, state in outcome.touched.items():
                 part.states[query_id] = state.to_json()
-            part.impressions.update(outcome.impression_buckets)
+            part.impressions.update((bucket, i) for i, bucket in outcome.impression_buckets.items())
             for key, change in outcome.aggregates.items():
                 self._aggregates[key] = self._aggregates.get(key, 0.0) + change
             self._counts.update(outcome.counts)
@@ -135,13 +142,12 @@ class MemoryStore:
         if self.horizon_ms is None or part.clock_ms is None:
             return
         oldest = (part.clock_ms - self.horizon_ms) // self.bucket_ms
-        for impression_id in [i for i, bucket in part.impressions.items() if bucket < oldest]:
-            del part.impressions[impression_id]
+        part.impressions = {seen for seen in part.impressions if seen[0] >= oldest}
         for key in [key for key in self._aggregates if key[0] < oldest]:
             del self._aggregates[key]
 
-    def aggregates(self) -> dict[AggregateKey, float]:
-        return dict(self._aggregates)
+    def aggregates(self, since_bucket: int | None = None) -> dict[AggregateKey, float]:
+        return {k: v for k, v in self._aggregates.items() if since_bucket is None or k[0] >= since_bucket}
 
     def counts(self) -> Counter[str]:
         return Counter(self._counts)
@@ -149,3 +155,9 @@ class MemoryStore:
     def clock_ms(self) -> int | None:
         clocks = [p.clock_ms for p in self._partitions.values() if p.clock_ms is not None]
         return max(clocks) if clocks else None
+
+    def admit(self, label: str, value: str, cap: int) -> bool:
+        values = self._segment_values.setdefault(label, set())
+        if value not in values and len(values) < cap:
+            values.add(value)
+        return value in values

@@ -120,7 +120,7 @@ def test_the_engine_equals_the_batch_replay_after_every_batch(
         snapshot = store.load(
             "t:0",
             {e.query_id for e in events if not isinstance(e, InvalidEvent)},
-            {e.impression_id for e in events if isinstance(e, Impression)},
+            {e.impression_id: engine.bucket_of(e.ts) for e in events if isinstance(e, Impression)},
         )
         outcome = engine.apply(events, snapshot.states, snapshot.known_impressions)
         position += len(batch)

@@ -1,0 +1,308 @@
+"""The consumer loop: poll, parse, apply, commit; shut down on a flag.
+
+Shaped like arroyo's StreamProcessor: `run()` loops until `shutdown()` sets
+the flag (SIGTERM and SIGINT call it), finishes the batch in flight, commits
+and returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata
+
+from stream_ndcg.engine import Engine
+from stream_ndcg.errors import FencedError, RecoverableError
+from stream_ndcg.events import Event, Impression, InvalidEvent, Judgment, Limits, parse_event
+from stream_ndcg.exporter import Exporter
+from stream_ndcg.store import Commit, StateStore
+
+logger = logging.getLogger(__name__)
+
+
+def partition_name(tp: TopicPartition) -> str:
+    return f"{tp.topic}:{tp.partition}"
+
+
+class Backoff:
+    """Exponential backoff with full jitter: never spins, never waits more than `cap` seconds."""
+
+    def __init__(self, base: float = 0.2, cap: float = 10.0) -> None:
+        self.base = base
+        self.cap = cap
+        self.failures = 0
+
+    def next_delay(self) -> float:
+        self.failures += 1
+        return random.uniform(self.base, min(self.cap, self.base * 2 ** self.failures))  # noqa: S311
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class SegmentProjector:
+    """Maps an impression's segment to the allowlisted labels, each capped in distinct values.
+
+    A label the impression lacks becomes "none"; a value past the cap becomes
+    "other". The admitted values live in the store, so every instance agrees.
+    """
+
+    OVERFLOW = "other"
+    MISSING = "none"
+
+    def __init__(self, store: StateStore, labels: tuple[str, ...], cap: int) -> None:
+        self.store = store
+        self.labels = labels
+        self.cap = cap
+
+    def project(self, event: Impression) -> Impression:
+        given = dict(event.segment)
+        projected = []
+        for label in self.labels:
+            value = given.get(label)
+            if value is None:
+                value = self.MISSING
+            elif value in (self.MISSING, self.OVERFLOW) or not self.store.admit(label, value, self.cap):
+                value = self.OVERFLOW
+            projected.append((label, value))
+        return dataclasses.replace(event, segment=tuple(projected))
+
+
+class StreamProcessor:
+    """Consumes events from Kafka and keeps the store's state and offsets in step.
+
+    The commit order of every batch:
+
+    1. poll up to `batch_size` records; records of partitions this instance has
+       not (yet) claimed are dropped, to be read again from the stored offset;
+    2. parse each record (a bad one becomes a counted rejection, never an error);
+    3. load the touched query states and the already-applied impression ids of
+       each partition from the store (one pipelined round trip);
+    4. apply the events with the engine (pure, in memory);
+    5. write, per partition and atomically, the new states, the aggregate
+       increments, the counts and the partition's next offset, refused if the
+       partition's epoch is no longer ours (one round trip);
+    6. only then commit the offsets to Kafka, for lag monitoring alone.
+
+    The offsets in the store are the truth: on assignment the processor claims
+    the partition (a new epoch, fencing any earlier holder) and seeks to the
+    stored offset. A crash before step 5 loses nothing (the batch is read
+    again); a crash after it counts nothing twice (the stored offset is past
+    the batch). After any store failure every partition is claimed and sought
+    again, because a commit whose reply was lost may or may not have landed.
+    """
+
+    def __init__(
+        self,
+        consumer: KafkaConsumer,
+        store: StateStore,
+        engine: Engine,
+        exporter: Exporter,
+        *,
+        topics: tuple[str, ...],
+        batch_size: int = 500,
+        linger_ms: int = 100,
+        limits: Limits | None = None,
+        projector: SegmentProjector | None = None,
+        event_clock: bool = False,
+        auto_offset_reset: str = "earliest",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.consumer = consumer
+        self.store = store
+        self.engine = engine
+        self.exporter = exporter
+        self.topics = topics
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.limits = limits or Limits()
+        self.projector = projector
+        self.event_clock = event_clock
+        self.auto_offset_reset = auto_offset_reset
+        self.clock = clock
+        self.backoff = Backoff()
+        self._shutdown = threading.Event()
+        self._owned: dict[TopicPartition, int] = {}
+        self._unclaimed: set[TopicPartition] = set()
+        self._next_offsets: dict[TopicPartition, int] = {}
+        self._healthy = False
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def shutdown(self, *_: Any) -> None:
+        """Ask run() to stop after the batch in flight (safe from a signal handler)."""
+        self._shutdown.set()
+
+    def ready(self) -> bool:
+        return self._healthy and not self._unclaimed
+
+    def run(self) -> None:
+        self.consumer.subscribe(list(self.topics), listener=_Rebalance(self))
+        logger.info("consuming %s", ", ".join(self.topics))
+        try:
+            while not self._shutdown.is_set():
+                try:
+                    self._cycle()
+                    self.backoff.reset()
+                    self._set_healthy(True)
+                except RecoverableError as exc:
+                    self._recover(exc)
+        finally:
+            self._commit_kafka_offsets()
+            self.consumer.close(autocommit=False)
+            logger.info("stopped")
+
+    def _cycle(self) -> None:
+        polled = self.consumer.poll(timeout_ms=self.linger_ms, max_records=self.batch_size)
+        batch = {tp: records for tp, records in polled.items() if tp in self._owned}
+        if batch:
+            self._process(batch)
+        self._claim_pending()
+        self._report_lag()
+
+    def _recover(self, exc: RecoverableError) -> None:
+        self._set_healthy(False)
+        self.exporter.backoffs.labels(cause=type(exc).__name__).inc()
+        # A commit whose reply was lost may have landed: trust only the stored offsets.
+        self._unclaimed.update(self._owned)
+        if self._owned:
+            self.consumer.pause(*self._owned)
+        self._owned.clear()
+        delay = self.backoff.next_delay()
+        logger.warning("%s; retrying in %.1fs", exc, delay)
+        self._shutdown.wait(delay)
+
+    def _set_healthy(self, healthy: bool) -> None:
+        if healthy != self._healthy:
+            logger.info("ready" if healthy else "not ready")
+        self._healthy = healthy
+        self.exporter.ready.set(1 if self.ready() else 0)
+
+    # -- partitions --------------------------------------------------------
+
+    def assigned(self, partitions: list[TopicPartition]) -> None:
+        # No store call inside the callback: claims happen in the loop, with backoff.
+        self._unclaimed.update(partitions)
+        self.consumer.pause(*partitions)
+        logger.info("assigned %s", ", ".join(map(partition_name, partitions)) or "nothing")
+
+    def revoked(self, partitions: list[TopicPartition]) -> None:
+        self._commit_kafka_offsets()
+        for tp in partitions:
+            self._owned.pop(tp, None)
+            self._unclaimed.discard(tp)
+        logger.info("revoked %s", ", ".join(map(partition_name, partitions)) or "nothing")
+
+    def _claim_pending(self) -> None:
+        assignment = self.consumer.assignment()
+        for tp in sorted(self._unclaimed, key=partition_name):
+            if tp not in assignment:
+                self._unclaimed.discard(tp)
+                continue
+            name = partition_name(tp)
+            epoch = self.store.claim(name)
+            offset = self.store.next_offset(name)
+            if offset is not None:
+                self.consumer.seek(tp, offset)
+                self._next_offsets[tp] = offset
+            elif self.auto_offset_reset == "earliest":
+                self.consumer.seek_to_beginning(tp)
+            else:
+                self.consumer.seek_to_end(tp)
+            self._owned[tp] = epoch
+            self._unclaimed.discard(tp)
+            self.consumer.resume(tp)
+            logger.info("claimed %s at epoch %d, resuming at offset %s", name, epoch,
+                        offset if offset is not None else self.auto_offset_reset)
+        self.exporter.assigned_partitions.set(len(self._owned))
+
+    # -- batches -----------------------------------------------------------
+
+    def _process(self, batch: dict[TopicPartition, list[Any]]) -> None:
+        started = time.perf_counter()
+        now_ms = int(self.clock() * 1000)
+        parsed: dict[TopicPartition, list[Event | InvalidEvent]] = {}
+        for tp, records in batch.items():
+            events: list[Event | InvalidEvent] = []
+            for record in records:
+                event = parse_event(record.value, self.limits)
+                if isinstance(event, Impression) and self.projector is not None:
+                    event = self.projector.project(event)
+                events.append(event)
+            parsed[tp] = events
+        commits = []
+        judgment_times: list[int] = []
+        for tp, events in parsed.items():
+            name = partition_name(tp)
+            valid = [e for e in events if not isinstance(e, InvalidEvent)]
+            snapshot = self.store.load(
+                name,
+                {e.query_id for e in valid},
+                {e.impression_id: self.engine.bucket_of(e.ts) for e in valid if isinstance(e, Impression)},
+            )
+            clock = snapshot.clock_ms if self.event_clock else now_ms
+            outcome = self.engine.apply(events, snapshot.states, snapshot.known_impressions, clock,
+                                        event_clock=self.event_clock)
+            commits.append(Commit(name, self._owned[tp], outcome, batch[tp][-1].offset + 1))
+            judgment_times.extend(e.ts for e in valid if isinstance(e, Judgment))
+        try:
+            self.store.commit(commits)
+        except FencedError as exc:
+            self.exporter.fenced.inc()
+            logger.warning("%s", exc)
+            # Claim again: if Kafka still assigns them to us, the stored offset is where to resume.
+            for tp in batch:
+                self._owned.pop(tp, None)
+                self._unclaimed.add(tp)
+                self.consumer.pause(tp)
+            return
+        for tp, records in batch.items():
+            self._next_offsets[tp] = records[-1].offset + 1
+        applied_s = self.clock()
+        for ts in judgment_times:
+            self.exporter.judgment_latency.observe(max(0.0, applied_s - ts / 1000))
+        self.exporter.batch_events.observe(sum(len(r) for r in batch.values()))
+        self.exporter.batch_seconds.observe(time.perf_counter() - started)
+        self._commit_kafka_offsets(asynchronous=True)
+
+    def _commit_kafka_offsets(self, asynchronous: bool = False) -> None:
+        offsets = {tp: OffsetAndMetadata(offset, "", -1)
+                   for tp, offset in self._next_offsets.items() if tp in self._owned}
+        if not offsets:
+            return
+        try:
+            if asynchronous:
+                self.consumer.commit_async(offsets=offsets)
+            else:
+                self.consumer.commit(offsets=offsets)
+        except KafkaError as exc:
+            # Kafka's committed offsets only feed lag dashboards; the store's are the truth.
+            logger.info("Kafka offset commit skipped: %s", exc)
+
+    def _report_lag(self) -> None:
+        for tp in self._owned:
+            highwater = self.consumer.highwater(tp)
+            position = self._next_offsets.get(tp)
+            if highwater is not None and position is not None:
+                self.exporter.consumer_lag.labels(topic=tp.topic, partition=str(tp.partition)).set(
+                    max(0, highwater - position))
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, processor: StreamProcessor) -> None:
+        self.processor = processor
+
+    def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        self.processor.revoked(list(revoked))
+
+    def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        self.processor.assigned(list(assigned))

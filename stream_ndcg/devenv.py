@@ -1,0 +1,343 @@
+"""Local Kafka and Redis for development and tests: real servers on loopback, no Docker.
+
+Kafka is a single-node KRaft broker run from the broker's jars on Maven
+Central, fetched once with Maven into a cache outside the work tree
+(``$STREAM_NDCG_CACHE``, default ``~/.cache/stream-ndcg``). Redis is Debian's
+``redis-server``, with AOF ``everysec`` as production should run it. Both
+listen on 127.0.0.1 only.
+
+    with KafkaBroker.start(workdir) as kafka, RedisServer.start(workdir) as redis:
+        print(kafka.bootstrap, redis.url)
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+logger = logging.getLogger(__name__)
+
+KAFKA_VERSION = "4.1.1"
+# Kafka ships its SLF4J binding only in the tarball (KAFKA-18466); without it the broker logs nothing.
+LOG4J_VERSION = "2.24.3"
+LOOPBACK = "127.0.0.1"
+
+_POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>local.stream-ndcg</groupId>
+  <artifactId>kafka-broker-classpath</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId>
+      <version>{KAFKA_VERSION}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId>
+      <version>{LOG4J_VERSION}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId>
+      <version>{LOG4J_VERSION}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+_LOG4J2 = """status = error
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+"""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("STREAM_NDCG_CACHE", Path.home() / ".cache" / "stream-ndcg"))
+
+
+def kafka_classpath() -> str:
+    """The broker's classpath, fetched from Maven Central on first use."""
+    lib = cache_dir() / f"kafka-{KAFKA_VERSION}" / "lib"
+    if not lib.is_dir():
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise RuntimeError("Maven (mvn) is needed once to fetch the Kafka broker's jars")
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=lib.parent) as scratch:
+            Path(scratch, "pom.xml").write_text(_POM)
+            logger.info("fetching Kafka %s jars from Maven Central into %s", KAFKA_VERSION, lib)
+            subprocess.run(  # noqa: S603 - fixed arguments
+                [mvn, "-B", "-q", "org.apache.maven.plugins:maven-dependency-plugin:3.7.1:copy-dependencies",
+                 f"-DoutputDirectory={scratch}/lib"],
+                cwd=scratch, check=True, stdout=subprocess.DEVNULL,
+            )
+            os.replace(Path(scratch, "lib"), lib)
+    return str(lib / "*")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _wait_for(check: str, ready: object, timeout: float, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{check} exited with {process.returncode}; see {log}")
+        if callable(ready) and ready():
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"{check} not ready after {timeout:.0f}s; see {log}")
+
+
+def _stop(process: subprocess.Popen[bytes] | None, pid: int | None = None, timeout: float = 20.0) -> None:
+    """SIGTERM, then SIGKILL after `timeout`."""
+    target = process.pid if process is not None else pid
+    if target is None:
+        return
+    try:
+        os.kill(target, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None:
+            if process.poll() is not None:
+                return
+        elif not _alive(target):
+            return
+        time.sleep(0.1)
+    try:
+        os.kill(target, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    if process is not None:
+        process.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie child still answers kill(0); its /proc status says it is dead.
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
+class _Server:
+    process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        _stop(self.process)
+        self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+
+@dataclass
+class KafkaBroker(_Server):
+    """A single-node KRaft broker (combined broker and controller) on loopback."""
+
+    workdir: Path
+    port: int
+    controller_port: int
+    heap: str = "512m"
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @classmethod
+    def start(cls, workdir: Path, port: int | None = None, *, detach: bool = False) -> KafkaBroker:
+        broker = cls(Path(workdir), port or free_port(), free_port())
+        broker.workdir.mkdir(parents=True, exist_ok=True)
+        broker._configure()
+        broker.launch(detach=detach)
+        return broker
+
+    def _configure(self) -> None:
+        data = self.workdir / "data"
+        (self.workdir / "server.properties").write_text("\n".join([
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@{LOOPBACK}:{self.controller_port}",
+            f"listeners=PLAINTEXT://{LOOPBACK}:{self.port},CONTROLLER://{LOOPBACK}:{self.controller_port}",
+            f"advertised.listeners=PLAINTEXT://{LOOPBACK}:{self.port}",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            f"log.dirs={data}",
+            "num.partitions=1",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "transaction.state.log.num.partitions=1",
+            "group.initial.rebalance.delay.ms=0",
+            "log.cleaner.dedupe.buffer.size=8388608",
+            "auto.create.topics.enable=true",
+            "",
+        ]))
+        (self.workdir / "log4j2.properties").write_text(_LOG4J2.format(log=self.workdir / "server.log"))
+        if not (data / "meta.properties").exists():
+            cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+            while cluster_id.startswith("-"):
+                cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+            subprocess.run(  # noqa: S603
+                [_java(), "-cp", kafka_classpath(), "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                 "-c", str(self.workdir / "server.properties")],
+                check=True, stdout=subprocess.DEVNULL,
+            )
+
+    def launch(self, *, detach: bool = False) -> None:
+        """Start (or restart) the broker on its data directory and wait until it serves."""
+        log = self.workdir / "server.log"
+        with open(self.workdir / "stdout.log", "ab") as out:
+            self.process = subprocess.Popen(  # noqa: S603
+                [_java(), f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseG1GC",
+                 f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
+                 "-cp", kafka_classpath(), "kafka.Kafka", str(self.workdir / "server.properties")],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=detach,
+            )
+        _wait_for("Kafka", self._ready, 90, self.process, log)
+
+    def _ready(self) -> bool:
+        log = self.workdir / "server.log"
+        if not log.exists() or "Kafka Server started" not in log.read_text(errors="replace")[-200_000:]:
+            return False
+        try:
+            with socket.create_connection((LOOPBACK, self.port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def restart(self) -> None:
+        self.stop()
+        # The "started" line of the previous run must not count as readiness.
+        log = self.workdir / "server.log"
+        if log.exists():
+            log.rename(self.workdir / f"server.{int(time.time() * 1000)}.log")
+        self.launch()
+
+
+@dataclass
+class RedisServer(_Server):
+    """redis-server on loopback with AOF (appendfsync everysec)."""
+
+    workdir: Path
+    port: int
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://{LOOPBACK}:{self.port}/0"
+
+    @classmethod
+    def start(cls, workdir: Path, port: int | None = None, *, detach: bool = False) -> RedisServer:
+        server = cls(Path(workdir), port or free_port())
+        server.workdir.mkdir(parents=True, exist_ok=True)
+        server.launch(detach=detach)
+        return server
+
+    def launch(self, *, detach: bool = False) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
+        log = self.workdir / "redis.log"
+        self.process = subprocess.Popen(  # noqa: S603
+            [binary, "--bind", LOOPBACK, "--port", str(self.port), "--dir", str(self.workdir),
+             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+             "--logfile", str(log), "--protected-mode", "yes"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=detach,
+        )
+        _wait_for("redis-server", self._ready, 30, self.process, log)
+
+    def _ready(self) -> bool:
+        try:
+            with socket.create_connection((LOOPBACK, self.port), timeout=1) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def restart(self) -> None:
+        self.stop()
+        self.launch()
+
+
+def _java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise RuntimeError("Java 17+ is needed to run the Kafka broker")
+    return java
+
+
+def state_file() -> Path:
+    return cache_dir() / "dev" / "state.json"
+
+
+def dev_up(kafka_port: int | None, redis_port: int | None) -> dict[str, object]:
+    """Start a detached broker and Redis for `stream-ndcg dev up`; return their addresses and pids."""
+    import json
+
+    if state_file().exists():
+        raise RuntimeError(f"already up ({state_file()}); run `stream-ndcg dev down` first")
+    root = cache_dir() / "dev"
+    # A fresh broker each time: the controller port is picked anew, and dev data is disposable.
+    shutil.rmtree(root, ignore_errors=True)
+    kafka = KafkaBroker.start(root / "kafka", kafka_port, detach=True)
+    try:
+        redis = RedisServer.start(root / "redis", redis_port, detach=True)
+    except BaseException:
+        kafka.stop()
+        raise
+    state: dict[str, object] = {"bootstrap_servers": kafka.bootstrap, "redis_url": redis.url,
+             "kafka_pid": kafka.pid, "redis_pid": redis.pid}
+    state_file().write_text(json.dumps(state))
+    return state
+
+
+def dev_down() -> bool:
+    """Stop what `dev_up` started; False if nothing was up."""
+    import json
+
+    path = state_file()
+    if not path.exists():
+        return False
+    state = json.loads(path.read_text())
+    for name in ("kafka_pid", "redis_pid"):
+        _stop(None, pid=int(state[name]))
+    path.unlink()
+    return True

@@ -1,0 +1,206 @@
+"""Every Prometheus metric of the service, owned by one class, and the HTTP endpoints.
+
+The quality gauges and the event counters are read from the store at scrape
+time, so every instance of a consumer group reports the same numbers: the
+shared state in Redis is the only truth. The operational metrics (batch
+time, lag, latencies, Redis round trips) are this process's own.
+
+    exporter = Exporter(CollectorRegistry(), store, view=WindowView(...))
+    exporter.serve("127.0.0.1", 9464, ready=lambda: True)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+
+from stream_ndcg.config import format_duration
+from stream_ndcg.engine import AggregateKey
+from stream_ndcg.errors import StoreUnavailable
+from stream_ndcg.store import StateStore
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "stream_ndcg"
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 21600, 86400)
+
+
+@dataclass(frozen=True)
+class WindowView:
+    """How scrapes turn bucket sums into window means."""
+
+    cutoffs: tuple[int, ...]
+    windows_ms: tuple[int, ...]
+    bucket_ms: int
+    segment_labels: tuple[str, ...]
+    event_clock: bool
+
+    def window_buckets(self, now_ms: int, window_ms: int) -> tuple[int, int]:
+        """The buckets [first, last] of the window that ends at `now_ms`: the last
+        window_ms / bucket_ms buckets, the one holding `now_ms` included."""
+        last = now_ms // self.bucket_ms
+        return last - window_ms // self.bucket_ms + 1, last
+
+
+def segment_labels(segment_key: str, labels: tuple[str, ...]) -> list[str]:
+    segment = json.loads(segment_key) if segment_key else {}
+    return [str(segment.get(label, "none")) for label in labels]
+
+
+class _StoreCollector(Collector):
+    def __init__(self, store: StateStore, view: WindowView, clock: Callable[[], float],
+                 on_error: Callable[[], None]) -> None:
+        self.store = store
+        self.view = view
+        self.clock = clock
+        self.on_error = on_error
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            yield from self._collect()
+        except StoreUnavailable as exc:
+            self.on_error()
+            logger.warning("scrape could not read the store: %s", exc)
+
+    def _collect(self) -> Iterator[Metric]:
+        view = self.view
+        seg = list(view.segment_labels)
+        counts = self.store.counts()
+        events = CounterMetricFamily(f"{PREFIX}_events", "Events accepted, by type.", labels=["type"])
+        rejected = CounterMetricFamily(f"{PREFIX}_events_rejected", "Events rejected, by reason.", labels=["reason"])
+        duplicate = CounterMetricFamily(f"{PREFIX}_events_duplicate",
+                                        "Events delivered again and ignored, by type.", labels=["type"])
+        for kind in ("impression", "judgment"):
+            events.add_metric([kind], counts.get(kind, 0))
+            duplicate.add_metric([kind], counts.get(f"duplicate:{kind}", 0))
+        for name, n in sorted(counts.items()):
+            if name.startswith("rejected:"):
+                rejected.add_metric([name.removeprefix("rejected:")], n)
+        yield from (events, rejected, duplicate)
+
+        now = self.store.clock_ms() if view.event_clock else int(self.clock() * 1000)
+        labels = ["k", "window", *seg]
+        ndcg = GaugeMetricFamily(f"{PREFIX}_ndcg", "Mean nDCG@k over the scored impressions of the window.",
+                                 labels=labels)
+        ndcg_sum = GaugeMetricFamily(f"{PREFIX}_ndcg_sum", "Sum of nDCG@k over the scored impressions of the window.",
+                                     labels=labels)
+        scored = GaugeMetricFamily(f"{PREFIX}_scored_impressions",
+                                   "Impressions of the window whose nDCG@k is defined (ideal DCG > 0).", labels=labels)
+        dcg = GaugeMetricFamily(f"{PREFIX}_dcg", "Mean DCG@k over all impressions of the window.", labels=labels)
+        judged = GaugeMetricFamily(f"{PREFIX}_judged_ratio",
+                                   "Mean share of the top k ranks holding a judged document.", labels=labels)
+        impressions = GaugeMetricFamily(f"{PREFIX}_impressions", "Impressions in the window.",
+                                        labels=["window", *seg])
+        if now is not None:
+            oldest = min(view.window_buckets(now, w)[0] for w in view.windows_ms)
+            aggregates = self.store.aggregates(since_bucket=oldest)
+            for window in view.windows_ms:
+                first, last = view.window_buckets(now, window)
+                name = format_duration(window)
+                for segment_values, sums in _by_segment(aggregates, first, last, view.segment_labels).items():
+                    total = sums.get("impressions", 0.0)
+                    impressions.add_metric([name, *segment_values], total)
+                    for k in view.cutoffs:
+                        values = [str(k), name, *segment_values]
+                        defined = sums.get(f"scored@{k}", 0.0)
+                        ndcg_sum.add_metric(values, sums.get(f"ndcg@{k}", 0.0))
+                        scored.add_metric(values, defined)
+                        ndcg.add_metric(values, sums.get(f"ndcg@{k}", 0.0) / defined if defined else math.nan)
+                        dcg.add_metric(values, sums.get(f"dcg@{k}", 0.0) / total if total else math.nan)
+                        judged.add_metric(values, sums.get(f"judged@{k}", 0.0) / total if total else math.nan)
+        yield from (ndcg, ndcg_sum, scored, dcg, judged, impressions)
+
+
+def _by_segment(aggregates: dict[AggregateKey, float], first: int, last: int,
+                labels: tuple[str, ...]) -> dict[tuple[str, ...], dict[str, float]]:
+    parts: dict[tuple[str, ...], dict[str, list[float]]] = {}
+    for (bucket, segment, name), value in aggregates.items():
+        if first <= bucket <= last:
+            key = tuple(segment_labels(segment, labels))
+            parts.setdefault(key, {}).setdefault(name, []).append(value)
+    return {key: {name: math.fsum(values) for name, values in sums.items()} for key, sums in parts.items()}
+
+
+class Exporter:
+    """Owns every metric of stream-ndcg; the registry is injected (a fresh one in tests)."""
+
+    def __init__(self, registry: CollectorRegistry, store: StateStore, view: WindowView,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.registry = registry
+        self.batch_seconds = Histogram(f"{PREFIX}_batch_duration_seconds",
+                                       "Time to process one batch: parse, load, apply, commit.", registry=registry)
+        self.batch_events = Histogram(f"{PREFIX}_batch_events", "Records in one batch.",
+                                      buckets=(1, 10, 50, 100, 250, 500, 1000, 2500, 5000), registry=registry)
+        self.judgment_latency = Histogram(
+            f"{PREFIX}_judgment_to_metric_seconds",
+            "From a judgment's event time to the commit that makes it visible in the metrics.",
+            buckets=_LATENCY_BUCKETS, registry=registry)
+        self.redis_seconds = Histogram(f"{PREFIX}_redis_round_trip_seconds", "Duration of one Redis round trip.",
+                                       buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+                                       registry=registry)
+        self.consumer_lag = Gauge(f"{PREFIX}_consumer_lag", "Records behind the end of each assigned partition.",
+                                  ["topic", "partition"], registry=registry)
+        self.assigned_partitions = Gauge(f"{PREFIX}_assigned_partitions",
+                                         "Input partitions this instance holds.", registry=registry)
+        self.backoffs = Counter(f"{PREFIX}_backoffs", "Times the service backed off after a transient fault, by cause.",
+                                ["cause"], registry=registry)
+        self.fenced = Counter(f"{PREFIX}_fenced_batches", "Batches refused because another instance took a partition.",
+                              registry=registry)
+        self.scrape_errors = Counter(f"{PREFIX}_scrape_errors", "Scrapes that could not read the shared state.",
+                                     registry=registry)
+        self.ready = Gauge(f"{PREFIX}_ready", "1 while the service consumes and commits normally.", registry=registry)
+        registry.register(_StoreCollector(store, view, clock, self.scrape_errors.inc))
+        self._server: ThreadingHTTPServer | None = None
+
+    def serve(self, host: str, port: int, ready: Callable[[], bool]) -> int:
+        """Serve /metrics, /healthz and /readyz in a daemon thread; return the bound port."""
+        registry = self.registry
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the http.server interface
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+                elif path == "/healthz":
+                    self._send(200, b"ok\n")
+                elif path == "/readyz":
+                    ok = ready()
+                    self._send(200 if ok else 503, b"ready\n" if ok else b"not ready\n")
+                else:
+                    self._send(404, b"not found\n")
+
+            def _send(self, status: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                logger.debug("http: " + format, *args)
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True).start()
+        bound: int = self._server.server_address[1]
+        return bound
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

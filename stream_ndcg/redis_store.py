@@ -1,0 +1,258 @@
+"""The Redis store: the key layout, and each batch committed atomically with its offset.
+
+Key layout (``ns`` is the namespace setting; ``{ns:P}`` is a Redis Cluster hash
+tag, so that everything of one input partition P = ``topic:partition`` lives
+in one slot and one script can write it atomically):
+
+    ns:partitions              SET     every partition ever claimed (for scrapes)
+    ns:segment:<label>         SET     the admitted values of a segment label (at most the cap)
+    {ns:P}:epoch               STRING  fencing token, INCR on every claim
+    {ns:P}:meta                HASH    offset (next to consume), clock (greatest event time)
+    {ns:P}:counts              HASH    event counts: impression, judgment, duplicate:*, rejected:*
+    {ns:P}:q:<query_id>        STRING  the query's state (JSON), TTL max(horizon, judgment TTL)
+    {ns:P}:imp:<bucket>        SET     impression ids applied in that time bucket, TTL horizon
+    {ns:P}:agg:<bucket>        HASH    "<segment>|<field>" -> sum, TTL horizon
+    {ns:P}:aggidx              ZSET    the buckets that have an agg hash
+
+A batch costs two round trips: one pipelined read (query states, impression
+ids, clock) and one script call per partition that checks the epoch and
+writes states, impression ids, aggregate increments, counts, the clock and
+the next offset, all or nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+from redis.exceptions import RedisError, ResponseError
+
+from stream_ndcg.engine import AggregateKey, QueryState
+from stream_ndcg.errors import FencedError, StoreUnavailable
+from stream_ndcg.store import Commit, Snapshot
+
+logger = logging.getLogger(__name__)
+
+_COMMIT = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local p = cjson.decode(ARGV[2])
+for _, s in ipairs(p.states) do redis.call('SET', KEYS[s[1]], s[2], 'PX', s[3]) end
+for _, s in ipairs(p.impressions) do
+  for i = 1, #s[3], 500 do redis.call('SADD', KEYS[s[1]], unpack(s[3], i, math.min(i + 499, #s[3]))) end
+  redis.call('PEXPIRE', KEYS[s[1]], s[2])
+end
+for _, a in ipairs(p.aggs) do
+  for _, f in ipairs(a[4]) do redis.call('HINCRBYFLOAT', KEYS[a[1]], f[1], f[2]) end
+  redis.call('PEXPIRE', KEYS[a[1]], a[2])
+  redis.call('ZADD', KEYS[4], a[3], a[3])
+end
+for _, c in ipairs(p.counts) do redis.call('HINCRBY', KEYS[3], c[1], c[2]) end
+redis.call('HSET', KEYS[2], 'offset', p.offset)
+if p.clock ~= cjson.null then
+  local old = redis.call('HGET', KEYS[2], 'clock')
+  if not old or tonumber(old) < tonumber(p.clock) then redis.call('HSET', KEYS[2], 'clock', p.clock) end
+end
+if p.prune ~= cjson.null then redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. p.prune) end
+return 1
+"""
+
+_ADMIT = """
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 1 end
+if redis.call('SCARD', KEYS[1]) < tonumber(ARGV[2]) then redis.call('SADD', KEYS[1], ARGV[1]) return 1 end
+return 0
+"""
+
+
+class RedisStore:
+    """The `StateStore` on Redis (a single server, or a cluster: keys carry per-partition hash tags).
+
+        store = RedisStore(redis.Redis.from_url(url), namespace="sndcg", depth=10,
+                           bucket_ms=60_000, horizon_ms=87_000_000, state_ttl_ms=2_592_000_000)
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        namespace: str,
+        depth: int,
+        bucket_ms: int,
+        horizon_ms: int,
+        state_ttl_ms: int,
+        wall_clock: bool = True,
+        observe_round_trip: Callable[[float], None] = lambda seconds: None,
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.depth = depth
+        self.bucket_ms = bucket_ms
+        self.horizon_ms = horizon_ms
+        self.state_ttl_ms = max(state_ttl_ms, horizon_ms)
+        self.wall_clock = wall_clock
+        self._observe = observe_round_trip
+        self._commit_script = client.register_script(_COMMIT)
+        self._admit_script = client.register_script(_ADMIT)
+        self._admitted: dict[tuple[str, str], bool] = {}
+
+    @contextmanager
+    def _round_trip(self, what: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        except RedisError as exc:
+            raise StoreUnavailable(f"Redis {what} failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            self._observe(time.perf_counter() - started)
+
+    def _key(self, partition: str, *parts: object) -> str:
+        return ":".join([f"{{{self.namespace}:{partition}}}", *map(str, parts)])
+
+    def claim(self, partition: str) -> int:
+        with self._round_trip("claim"):
+            epoch = int(self.client.incr(self._key(partition, "epoch")))
+            self.client.sadd(f"{self.namespace}:partitions", partition)
+        return epoch
+
+    def next_offset(self, partition: str) -> int | None:
+        with self._round_trip("offset read"):
+            value = self.client.hget(self._key(partition, "meta"), "offset")
+        return int(value) if value is not None else None
+
+    def load(self, partition: str, query_ids: Collection[str], impressions: Mapping[str, int]) -> Snapshot:
+        queries = list(query_ids)
+        by_bucket: dict[int, list[str]] = {}
+        for impression_id, bucket in impressions.items():
+            by_bucket.setdefault(bucket, []).append(impression_id)
+        with self._round_trip("load"):
+            pipe = self.client.pipeline(transaction=False)
+            for query_id in queries:
+                pipe.get(self._key(partition, "q", query_id))
+            for bucket, ids in by_bucket.items():
+                pipe.smismember(self._key(partition, "imp", bucket), ids)
+            pipe.hget(self._key(partition, "meta"), "clock")
+            replies = pipe.execute()
+        states = {q: QueryState.from_json(raw, self.depth)
+                  for q, raw in zip(queries, replies[: len(queries)], strict=True) if raw is not None}
+        known: set[str] = set()
+        for (_, ids), flags in zip(by_bucket.items(), replies[len(queries):-1], strict=True):
+            known.update(i for i, flag in zip(ids, flags, strict=True) if flag)
+        clock = replies[-1]
+        return Snapshot(states, known, int(clock) if clock is not None else None)
+
+    def commit(self, commits: Collection[Commit]) -> None:
+        if not commits:
+            return
+        with self._round_trip("commit"):
+            pipe = self.client.pipeline(transaction=False)
+            for commit in commits:
+                keys, payload = self._payload(commit)
+                self._commit_script(keys=keys, args=[str(commit.epoch), payload], client=pipe)
+            results = pipe.execute()
+        fenced = [c.partition for c, ok in zip(commits, results, strict=True) if not ok]
+        if fenced:
+            raise FencedError(f"partition(s) {', '.join(fenced)} claimed by a newer holder; batch not written")
+
+    def _payload(self, commit: Commit) -> tuple[list[str], str]:
+        partition, outcome = commit.partition, commit.outcome
+        keys = [self._key(partition, name) for name in ("epoch", "meta", "counts", "aggidx")]
+
+        def index(key: str) -> int:
+            keys.append(key)
+            return len(keys)  # Lua counts from 1
+
+        states = [[index(self._key(partition, "q", q)), state.to_json(), self.state_ttl_ms]
+                  for q, state in outcome.touched.items()]
+        ttl = self.horizon_ms + self.bucket_ms
+        by_bucket: dict[int, list[str]] = {}
+        for impression_id, bucket in outcome.impression_buckets.items():
+            by_bucket.setdefault(bucket, []).append(impression_id)
+        impressions = [[index(self._key(partition, "imp", b)), ttl, ids] for b, ids in by_bucket.items()]
+        fields: dict[int, list[list[str]]] = {}
+        for (bucket, segment, name), change in outcome.aggregates.items():
+            # repr() is the shortest string that reads back as the same double.
+            fields.setdefault(bucket, []).append([f"{segment}|{name}", repr(change)])
+        aggs = [[index(self._key(partition, "agg", b)), ttl, str(b), f] for b, f in fields.items()]
+        clock = outcome.clock_ms
+        now = time.time() * 1000 if self.wall_clock else clock
+        prune = str(int((now - self.horizon_ms) // self.bucket_ms)) if now is not None else None
+        payload = {
+            "states": states, "impressions": impressions, "aggs": aggs,
+            "counts": [[name, n] for name, n in outcome.counts.items()],
+            "offset": str(commit.next_offset), "clock": str(clock) if clock is not None else None,
+            "prune": prune,
+        }
+        return keys, json.dumps(payload, separators=(",", ":"))
+
+    def partitions(self) -> list[str]:
+        with self._round_trip("partition list"):
+            members = self.client.smembers(f"{self.namespace}:partitions")
+        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+
+    def aggregates(self, since_bucket: int | None = None) -> dict[AggregateKey, float]:
+        partitions = self.partitions()
+        low = since_bucket if since_bucket is not None else "-inf"
+        with self._round_trip("aggregate read"):
+            pipe = self.client.pipeline(transaction=False)
+            for partition in partitions:
+                pipe.zrangebyscore(self._key(partition, "aggidx"), low, "+inf")
+            bucket_lists = pipe.execute()
+            pipe = self.client.pipeline(transaction=False)
+            wanted = [(p, int(b)) for p, buckets in zip(partitions, bucket_lists, strict=True) for b in buckets]
+            for partition, bucket in wanted:
+                pipe.hgetall(self._key(partition, "agg", bucket))
+            hashes = pipe.execute()
+        parts: dict[AggregateKey, list[float]] = {}
+        for (_, bucket), values in zip(wanted, hashes, strict=True):
+            for raw_field, raw_value in values.items():
+                segment, _, name = _text(raw_field).rpartition("|")
+                parts.setdefault((bucket, segment, name), []).append(float(raw_value))
+        # fsum: the total does not depend on the order partitions are read in.
+        return {key: math.fsum(values) for key, values in parts.items()}
+
+    def counts(self) -> Counter[str]:
+        partitions = self.partitions()
+        with self._round_trip("count read"):
+            pipe = self.client.pipeline(transaction=False)
+            for partition in partitions:
+                pipe.hgetall(self._key(partition, "counts"))
+            replies = pipe.execute()
+        total: Counter[str] = Counter()
+        for reply in replies:
+            total.update({_text(k): int(v) for k, v in reply.items()})
+        return total
+
+    def clock_ms(self) -> int | None:
+        partitions = self.partitions()
+        with self._round_trip("clock read"):
+            pipe = self.client.pipeline(transaction=False)
+            for partition in partitions:
+                pipe.hget(self._key(partition, "meta"), "clock")
+            replies = pipe.execute()
+        clocks = [int(c) for c in replies if c is not None]
+        return max(clocks) if clocks else None
+
+    def admit(self, label: str, value: str, cap: int) -> bool:
+        # A value once admitted stays admitted, and a full set stays full: both answers can be cached.
+        cached = self._admitted.get((label, value))
+        if cached is None:
+            with self._round_trip("segment admission"):
+                cached = bool(self._admit_script(keys=[f"{self.namespace}:segment:{label}"], args=[value, cap]))
+            self._admitted[(label, value)] = cached
+        return cached
+
+    def ping(self) -> bool:
+        try:
+            return bool(self.client.ping())
+        except (RedisError, ResponseError):
+            return False
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

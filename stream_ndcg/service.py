@@ -1,0 +1,100 @@
+"""Wiring: builds the store, engine, exporter and processor from settings, and runs them."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Iterable
+
+import redis
+from kafka import KafkaConsumer, KafkaProducer
+from prometheus_client import CollectorRegistry
+
+from stream_ndcg.config import Settings
+from stream_ndcg.consumer import SegmentProjector, StreamProcessor
+from stream_ndcg.engine import Engine
+from stream_ndcg.events import Limits
+from stream_ndcg.exporter import Exporter, WindowView
+from stream_ndcg.redis_store import RedisStore
+
+logger = logging.getLogger(__name__)
+
+
+def build(settings: Settings, registry: CollectorRegistry | None = None) -> tuple[StreamProcessor, Exporter]:
+    registry = registry or CollectorRegistry()
+    client = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5,
+                                  health_check_interval=30)
+    holder: list[Exporter] = []
+    store = RedisStore(
+        client,
+        namespace=settings.namespace,
+        depth=settings.measure.depth,
+        bucket_ms=settings.bucket,
+        horizon_ms=settings.horizon,
+        state_ttl_ms=settings.judgment_ttl,
+        wall_clock=settings.clock == "wall",
+        observe_round_trip=lambda seconds: holder[0].redis_seconds.observe(seconds) if holder else None,
+    )
+    view = WindowView(cutoffs=settings.k, windows_ms=settings.windows, bucket_ms=settings.bucket,
+                      segment_labels=settings.segment_labels, event_clock=settings.clock == "event")
+    exporter = Exporter(registry, store, view)
+    holder.append(exporter)
+    engine = Engine(settings.measure, settings.bucket, horizon_ms=settings.horizon,
+                    judgment_max_age_ms=settings.judgment_ttl)
+    consumer = KafkaConsumer(
+        bootstrap_servers=settings.bootstrap_servers.split(","),
+        group_id=settings.group_id,
+        enable_auto_commit=False,
+        auto_offset_reset=settings.auto_offset_reset,
+        max_poll_records=settings.batch_size,
+        fetch_max_bytes=max(52_428_800, settings.max_message_bytes),
+        max_partition_fetch_bytes=max(1_048_576, settings.max_message_bytes),
+        client_id=f"stream-ndcg-{settings.group_id}",
+        reconnect_backoff_max_ms=10_000,
+    )
+    processor = StreamProcessor(
+        consumer, store, engine, exporter,
+        topics=settings.topics,
+        batch_size=settings.batch_size,
+        linger_ms=settings.linger,
+        limits=Limits(max_results=settings.max_results, max_message_bytes=settings.max_message_bytes),
+        projector=SegmentProjector(store, settings.segment_labels, settings.segment_cap),
+        event_clock=settings.clock == "event",
+        auto_offset_reset=settings.auto_offset_reset,
+    )
+    return processor, exporter
+
+
+def run(settings: Settings) -> int:
+    """`stream-ndcg run`: serve metrics and consume until SIGTERM or Ctrl-C; exit 0."""
+    processor, exporter = build(settings)
+    port = exporter.serve(settings.metrics_host, settings.metrics_port, ready=processor.ready)
+    logger.info("metrics on http://%s:%d/metrics", settings.metrics_host, port)
+    signal.signal(signal.SIGTERM, processor.shutdown)
+    signal.signal(signal.SIGINT, processor.shutdown)
+    try:
+        processor.run()
+    finally:
+        exporter.close()
+    return 0
+
+
+def produce(bootstrap_servers: str, topic: str, messages: Iterable[tuple[bytes, bytes]], *,
+            paced: bool = False, rate: float = 1000.0) -> int:
+    """Send (key, value) messages to a topic; with `paced`, at `rate` per second of wall time."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap_servers.split(","), linger_ms=20, acks="all")
+    started = time.monotonic()
+    sent = 0
+    try:
+        for key, value in messages:
+            if paced:
+                lag = started + sent / rate - time.monotonic()
+                if lag > 0:
+                    time.sleep(lag)
+            producer.send(topic, key=key, value=value)
+            sent += 1
+        producer.flush()
+    finally:
+        producer.close()
+    return sent
