@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import queue
 import random
 import threading
 import time
@@ -135,6 +136,7 @@ class StreamProcessor:
         self._unclaimed: set[TopicPartition] = set()
         self._next_offsets: dict[TopicPartition, int] = {}
         self._healthy = False
+        self._rebalances: queue.SimpleQueue[tuple[str, list[TopicPartition]]] = queue.SimpleQueue()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -146,7 +148,7 @@ class StreamProcessor:
         return self._healthy and not self._unclaimed
 
     def run(self) -> None:
-        self.consumer.subscribe(list(self.topics), listener=_Rebalance(self))
+        self.consumer.subscribe(list(self.topics), listener=_Rebalance(self._rebalances))
         logger.info("consuming %s", ", ".join(self.topics))
         try:
             while not self._shutdown.is_set():
@@ -163,6 +165,7 @@ class StreamProcessor:
 
     def _cycle(self) -> None:
         polled = self.consumer.poll(timeout_ms=self.linger_ms, max_records=self.batch_size)
+        self._apply_rebalances()
         batch = {tp: records for tp, records in polled.items() if tp in self._owned}
         if batch:
             self._process(batch)
@@ -189,18 +192,24 @@ class StreamProcessor:
 
     # -- partitions --------------------------------------------------------
 
-    def assigned(self, partitions: list[TopicPartition]) -> None:
-        # No store call inside the callback: claims happen in the loop, with backoff.
-        self._unclaimed.update(partitions)
-        self.consumer.pause(*partitions)
-        logger.info("assigned %s", ", ".join(map(partition_name, partitions)) or "nothing")
-
-    def revoked(self, partitions: list[TopicPartition]) -> None:
-        self._commit_kafka_offsets()
-        for tp in partitions:
-            self._owned.pop(tp, None)
-            self._unclaimed.discard(tp)
-        logger.info("revoked %s", ", ".join(map(partition_name, partitions)) or "nothing")
+    def _apply_rebalances(self) -> None:
+        """Take in the assignments the rebalance listener queued (it runs on Kafka's IO thread,
+        where nothing may block: the store is called from this loop, with backoff)."""
+        while not self._rebalances.empty():
+            kind, partitions = self._rebalances.get_nowait()
+            names = ", ".join(map(partition_name, partitions)) or "nothing"
+            if kind == "assigned":
+                self._unclaimed.update(partitions)
+                logger.info("assigned %s", names)
+            else:
+                for tp in partitions:
+                    self._owned.pop(tp, None)
+                    self._unclaimed.discard(tp)
+                logger.info("revoked %s", names)
+        current = self.consumer.assignment()
+        waiting = [tp for tp in self._unclaimed if tp in current]
+        if waiting:
+            self.consumer.pause(*waiting)
 
     def _claim_pending(self) -> None:
         assignment = self.consumer.assignment()
@@ -298,11 +307,13 @@ class StreamProcessor:
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, processor: StreamProcessor) -> None:
-        self.processor = processor
+    """Queues assignment changes for the loop; fencing, not this callback, keeps writes safe."""
+
+    def __init__(self, changes: queue.SimpleQueue[tuple[str, list[TopicPartition]]]) -> None:
+        self.changes = changes
 
     def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        self.processor.revoked(list(revoked))
+        self.changes.put(("revoked", list(revoked)))
 
     def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        self.processor.assigned(list(assigned))
+        self.changes.put(("assigned", list(assigned)))

@@ -1,0 +1,178 @@
+"""`stream-ndcg run` against a real Kafka broker and a real Redis: exact, late-aware, crash-proof."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from stream_ndcg.devenv import KafkaBroker, RedisServer
+from stream_ndcg.metric import Measure
+from stream_ndcg.replay import Replay
+from stream_ndcg.simulator import SimulationSpec, Simulator
+from tests.integration.conftest import (
+    Service,
+    create_topic,
+    expect_equal_to_replay,
+    send,
+    to_json,
+    wait_for_messages,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.redis]
+
+CUTOFFS = (5, 10)
+
+
+def simulated(events: int, seed: int, malformed: float = 0.01) -> list[tuple[bytes, bytes]]:
+    spec = SimulationSpec(events=events, seed=seed, queries=300, rate=200.0, malformed_share=malformed,
+                          max_delay_ms=600_000)
+    return list(Simulator(spec).messages())
+
+
+def replay_of(messages: list[tuple[bytes, bytes]]) -> dict[str, object]:
+    replay = Replay(Measure(cutoffs=CUTOFFS))
+    for _, value in messages:
+        replay.add(value)
+    return replay.summary()
+
+
+def test_run_equals_replay_on_the_same_events(
+        kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
+    topic = create_topic(kafka.bootstrap, partitions=3)
+    messages = simulated(8_000, seed=11)
+    # The same impression delivered twice, as a retrying producer would.
+    messages += messages[5:25]
+    send(kafka.bootstrap, topic, messages)
+    service = Service(dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d"), tmp_path)
+    services.append(service)
+    service.start()
+    samples = wait_for_messages(service, len(messages))
+    summary = replay_of(messages)
+    assert expect_equal_to_replay(samples, summary, "1d", CUTOFFS) == 2 * 2 * 3
+    events = summary["events"]
+    assert isinstance(events, dict)
+    assert samples[("stream_ndcg_events_total", (("type", "impression"),))] == events["impression"]
+    assert samples[("stream_ndcg_events_total", (("type", "judgment"),))] == events["judgment"]
+    for reason, count in events["rejected"].items():
+        assert samples[("stream_ndcg_events_rejected_total", (("reason", reason),))] == count
+    assert service.ready()
+    assert service.stop() == 0
+
+
+def test_a_late_judgment_moves_the_windows_that_hold_its_impressions(
+        kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
+    topic = create_topic(kafka.bootstrap)
+    t0 = 1_763_683_200_000
+    hour = 3_600_000
+    early = [to_json({"type": "impression", "impression_id": f"early-{i}", "query_id": "q", "ts": t0 + i,
+                      "results": ["a", "b", "c"], "segment": {"variant": "A"}}) for i in range(10)]
+    judged = [to_json({"type": "judgment", "query_id": "q", "doc_id": "b", "grade": 1, "ts": t0 + 1000})]
+    service = Service(dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="5m,1h,24h"), tmp_path)
+    services.append(service)
+    service.start()
+    send(kafka.bootstrap, topic, [(b"q", m) for m in early + judged])
+    before = wait_for_messages(service, 11)
+
+    def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, window: str) -> float:
+        return samples[(name, (("k", "5"), ("variant", "A"), ("window", window)))]
+
+    # b at rank 2 is the only relevant document: nDCG@5 = (1/log2 3) / 1.
+    assert value(before, "stream_ndcg_ndcg", "24h") == pytest.approx(0.6309297535714574, abs=1e-12)
+    # An hour of event time later: a judgment for 'a', and impressions of the last minutes.
+    late = [to_json({"type": "judgment", "query_id": "q", "doc_id": "a", "grade": 3, "ts": t0 + hour})]
+    recent = [to_json({"type": "impression", "impression_id": f"recent-{i}", "query_id": "q",
+                       "ts": t0 + hour - 60_000 + i, "results": ["c", "a"], "segment": {"variant": "A"}})
+              for i in range(5)]
+    send(kafka.bootstrap, topic, [(b"q", m) for m in recent + late])
+    after = wait_for_messages(service, 17)
+    # 24h holds all 15 impressions: the early ones gain 'a' at rank 1.
+    ideal = 7 + 1 / 1.5849625007211563
+    early_ndcg = (7 + 1 / 1.5849625007211563) / ideal
+    recent_ndcg = (7 / 1.5849625007211563) / ideal
+    assert value(after, "stream_ndcg_ndcg", "24h") == pytest.approx((10 * early_ndcg + 5 * recent_ndcg) / 15,
+                                                                     abs=1e-9)
+    assert value(after, "stream_ndcg_scored_impressions", "24h") == 15
+    # 5m holds only the recent impressions: the early ones are an hour old by the event clock.
+    assert value(after, "stream_ndcg_scored_impressions", "5m") == 5
+    assert value(after, "stream_ndcg_ndcg", "5m") == pytest.approx(recent_ndcg, abs=1e-9)
+    # The exact 1h window ends at the judgment's time; the early impressions fall out of it.
+    assert value(after, "stream_ndcg_scored_impressions", "1h") == 5
+    assert service.stop() == 0
+
+
+def test_kill_9_at_random_moments_loses_and_doubles_nothing(
+        kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
+    topic = create_topic(kafka.bootstrap, partitions=2)
+    messages = simulated(30_000, seed=21)
+    send(kafka.bootstrap, topic, messages)
+    env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_BATCH_SIZE="200")
+    service = Service(env, tmp_path)
+    services.append(service)
+    rnd = random.Random(5)
+    kills = 0
+    service.start()
+    while kills < 6:
+        time.sleep(rnd.uniform(0.5, 2.5))
+        progress = _progress(service)
+        if progress >= len(messages):
+            break
+        service.kill()
+        kills += 1
+        service.start()
+    samples = wait_for_messages(service, len(messages), timeout=300)
+    print(f"crash test: {kills} kill -9, {len(messages)} events")
+    assert kills >= 3, "the stream ended before the service could be killed three times"
+    assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) > 0
+    assert service.stop() == 0
+
+
+def _progress(service: Service) -> int:
+    from tests.integration.conftest import settled
+
+    try:
+        return settled(service.scrape())
+    except OSError:
+        return 0
+
+
+def test_two_instances_one_stopped_midway_equal_one(
+        kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
+    topic = create_topic(kafka.bootstrap, partitions=4)
+    messages = simulated(20_000, seed=31)
+    env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_BATCH_SIZE="100")
+    first, second = Service(env, tmp_path), Service(env, tmp_path)
+    services.extend([first, second])
+    first.start()
+    second.start()
+    send(kafka.bootstrap, topic, messages[: len(messages) // 2])
+    time.sleep(2)
+    assert second.stop() == 0
+    send(kafka.bootstrap, topic, messages[len(messages) // 2:])
+    samples = wait_for_messages(first, len(messages))
+    assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) > 0
+    assert first.stop() == 0
+
+
+def test_redis_restarted_mid_stream_recovers_by_itself(
+        kafka: KafkaBroker, redis_server: RedisServer, service_env: dict[str, str], services: list[Service],
+        tmp_path: Path) -> None:
+    topic = create_topic(kafka.bootstrap, partitions=2)
+    messages = simulated(20_000, seed=41)
+    env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_BATCH_SIZE="200")
+    service = Service(env, tmp_path)
+    services.append(service)
+    service.start()
+    send(kafka.bootstrap, topic, messages)
+    time.sleep(1.5)
+    redis_server.stop()
+    time.sleep(2)
+    assert not service.ready()
+    redis_server.launch()
+    samples = wait_for_messages(service, len(messages), timeout=300)
+    assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) > 0
+    assert service.ready()
+    assert "retrying" in service.logs()
+    assert service.stop() == 0
