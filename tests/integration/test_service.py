@@ -80,7 +80,7 @@ def test_a_late_judgment_moves_the_windows_that_hold_its_impressions(
         return samples[(name, (("k", "5"), ("variant", "A"), ("window", window)))]
 
     # b at rank 2 is the only relevant document: nDCG@5 = (1/log2 3) / 1.
-    assert value(before, "stream_ndcg_ndcg", "24h") == pytest.approx(0.6309297535714574, abs=1e-12)
+    assert value(before, "stream_ndcg_ndcg", "1d") == pytest.approx(0.6309297535714574, abs=1e-12)
     # An hour of event time later: a judgment for 'a', and impressions of the last minutes.
     late = [to_json({"type": "judgment", "query_id": "q", "doc_id": "a", "grade": 3, "ts": t0 + hour})]
     recent = [to_json({"type": "impression", "impression_id": f"recent-{i}", "query_id": "q",
@@ -92,9 +92,9 @@ def test_a_late_judgment_moves_the_windows_that_hold_its_impressions(
     ideal = 7 + 1 / 1.5849625007211563
     early_ndcg = (7 + 1 / 1.5849625007211563) / ideal
     recent_ndcg = (7 / 1.5849625007211563) / ideal
-    assert value(after, "stream_ndcg_ndcg", "24h") == pytest.approx((10 * early_ndcg + 5 * recent_ndcg) / 15,
+    assert value(after, "stream_ndcg_ndcg", "1d") == pytest.approx((10 * early_ndcg + 5 * recent_ndcg) / 15,
                                                                      abs=1e-9)
-    assert value(after, "stream_ndcg_scored_impressions", "24h") == 15
+    assert value(after, "stream_ndcg_scored_impressions", "1d") == 15
     # 5m holds only the recent impressions: the early ones are an hour old by the event clock.
     assert value(after, "stream_ndcg_scored_impressions", "5m") == 5
     assert value(after, "stream_ndcg_ndcg", "5m") == pytest.approx(recent_ndcg, abs=1e-9)
