@@ -1,0 +1,100 @@
+"""One contract, two stores: the in-memory twin and the Redis store behave the same."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from stream_ndcg.engine import Engine, window_means
+from stream_ndcg.errors import FencedError, StoreUnavailable
+from stream_ndcg.events import Impression, InvalidEvent, parse_event
+from stream_ndcg.metric import Measure
+from stream_ndcg.redis_store import RedisStore
+from stream_ndcg.simulator import SimulationSpec, Simulator
+from stream_ndcg.store import Commit, MemoryStore, StateStore
+
+MEASURE = Measure(cutoffs=(3, 10))
+BUCKET = 60_000
+HORIZON = 3_600_000
+
+
+@pytest.fixture(params=["memory", "redis"])
+def store(request: pytest.FixtureRequest) -> Iterator[StateStore]:
+    if request.param == "memory":
+        yield MemoryStore(MEASURE.depth, bucket_ms=BUCKET, horizon_ms=HORIZON)
+        return
+    server = request.getfixturevalue("redis_server")
+    client = redis.Redis.from_url(server.url)
+    yield RedisStore(client, namespace=f"c-{uuid.uuid4().hex[:8]}", depth=MEASURE.depth, bucket_ms=BUCKET,
+                     horizon_ms=HORIZON, state_ttl_ms=HORIZON, wall_clock=False)
+    client.close()
+
+
+def apply(store: StateStore, engine: Engine, partition: str, epoch: int, raw: list[bytes], offset: int) -> None:
+    events = [parse_event(m) for m in raw]
+    valid = [e for e in events if not isinstance(e, InvalidEvent)]
+    snapshot = store.load(partition, {e.query_id for e in valid},
+                          {e.impression_id: engine.bucket_of(e.ts) for e in valid if isinstance(e, Impression)})
+    outcome = engine.apply(events, snapshot.states, snapshot.known_impressions, snapshot.clock_ms, event_clock=True)
+    store.commit([Commit(partition, epoch, outcome, offset)])
+
+
+def test_claims_fence_earlier_holders(store: StateStore) -> None:
+    first = store.claim("t:0")
+    second = store.claim("t:0")
+    assert second > first
+    engine = Engine(MEASURE, BUCKET)
+    with pytest.raises(FencedError):
+        apply(store, engine, "t:0", first, [], 1)
+    assert store.next_offset("t:0") is None
+    apply(store, engine, "t:0", second, [], 7)
+    assert store.next_offset("t:0") == 7
+    assert store.next_offset("t:1") is None
+
+
+def test_commits_round_trip_and_add_up_across_partitions(store: StateStore) -> None:
+    engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+    messages = [v for _, v in Simulator(SimulationSpec(events=3000, seed=3, queries=50, rate=50.0,
+                                                         malformed_share=0.02)).messages()]
+    epochs = {p: store.claim(p) for p in ("t:0", "t:1")}
+    memory = MemoryStore(MEASURE.depth, bucket_ms=BUCKET, horizon_ms=HORIZON)
+    memory_epoch = memory.claim("all")
+    for start in range(0, len(messages), 250):
+        chunk = messages[start:start + 250]
+        # Queries split by partition, as Kafka keys would split them.
+        by_partition: dict[str, list[bytes]] = {"t:0": [], "t:1": []}
+        for message in chunk:
+            event = parse_event(message)
+            key = event.query_id if not isinstance(event, InvalidEvent) else ""
+            by_partition[f"t:{sum(key.encode()) % 2}"].append(message)
+        redelivered = {partition: raw + raw[:3] for partition, raw in by_partition.items()}
+        for partition, raw in redelivered.items():
+            apply(store, engine, partition, epochs[partition], raw, start + 250)
+        apply(memory, engine, "all", memory_epoch, redelivered["t:0"] + redelivered["t:1"], start + 250)
+    assert store.counts() == memory.counts()
+    assert store.clock_ms() == memory.clock_ms()
+    ours, reference = window_means(store.aggregates(), MEASURE.cutoffs), window_means(memory.aggregates(),
+                                                                                     MEASURE.cutoffs)
+    for k, row in reference.items():
+        for name, value in row.items():
+            assert ours[k][name] == pytest.approx(value, abs=1e-9), (k, name)
+    assert store.counts()["duplicate:impression"] > 0
+    oldest = min(key[0] for key in store.aggregates())
+    assert store.aggregates(since_bucket=oldest + 1).keys() == {k for k in store.aggregates() if k[0] > oldest}
+
+
+def test_segment_values_are_admitted_up_to_the_cap(store: StateStore) -> None:
+    assert [store.admit("variant", v, 2) for v in ("A", "B", "C", "A", "D", "B")] == [
+        True, True, False, True, False, True]
+    assert store.admit("engine", "x", 1)
+
+
+def test_a_redis_outage_is_a_recoverable_error() -> None:
+    client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
+    store = RedisStore(client, namespace="down", depth=10, bucket_ms=BUCKET, horizon_ms=HORIZON,
+                       state_ttl_ms=HORIZON)
+    with pytest.raises(StoreUnavailable, match="Redis claim failed"):
+        store.claim("t:0")

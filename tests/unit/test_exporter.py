@@ -1,0 +1,109 @@
+"""The exporter's metrics, read from a fresh registry over the in-memory store."""
+
+from __future__ import annotations
+
+import json
+import math
+from urllib.request import urlopen
+
+from prometheus_client import CollectorRegistry
+
+from stream_ndcg.consumer import Backoff, SegmentProjector
+from stream_ndcg.engine import Engine
+from stream_ndcg.events import Impression, parse_event
+from stream_ndcg.exporter import Exporter, WindowView
+from stream_ndcg.metric import Measure
+from stream_ndcg.store import Commit, MemoryStore
+
+T0 = 1_763_683_200_000
+MINUTE = 60_000
+
+
+def event(**fields: object) -> bytes:
+    return json.dumps(fields).encode()
+
+
+def build(segment_labels: tuple[str, ...] = ("variant",)) -> tuple[MemoryStore, Engine, CollectorRegistry]:
+    store = MemoryStore(10, bucket_ms=MINUTE)
+    engine = Engine(Measure(cutoffs=(1, 10)), MINUTE)
+    registry = CollectorRegistry()
+    view = WindowView(cutoffs=(1, 10), windows_ms=(5 * MINUTE, 60 * MINUTE), bucket_ms=MINUTE,
+                      segment_labels=segment_labels, event_clock=True)
+    Exporter(registry, store, view)
+    return store, engine, registry
+
+
+def feed(store: MemoryStore, engine: Engine, messages: list[bytes], projector: SegmentProjector | None = None) -> None:
+    events = [parse_event(m) for m in messages]
+    if projector is not None:
+        events = [projector.project(e) if isinstance(e, Impression) else e for e in events]
+    epoch = store.claim("t:0")
+    outcome = engine.apply(events, {}, set(), None, event_clock=True)
+    store.commit([Commit("t:0", epoch, outcome, len(messages))])
+
+
+def test_window_gauges_and_counters() -> None:
+    store, engine, registry = build()
+    feed(store, engine, [
+        event(type="impression", impression_id="old", query_id="q", ts=T0, results=["a"], segment={"variant": "A"}),
+        event(type="impression", impression_id="new", query_id="q", ts=T0 + 30 * MINUTE, results=["b", "a"],
+              segment={"variant": "A"}),
+        event(type="judgment", query_id="q", doc_id="a", grade=1, ts=T0 + 30 * MINUTE),
+        b"oops",
+    ])
+
+    def get(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert get("stream_ndcg_impressions", window="1h", variant="A") == 2
+    assert get("stream_ndcg_impressions", window="5m", variant="A") == 1
+    assert get("stream_ndcg_ndcg", k="10", window="1h", variant="A") == (1 + 1 / math.log2(3)) / 2
+    assert get("stream_ndcg_ndcg_sum", k="10", window="5m", variant="A") == 1 / math.log2(3)
+    assert get("stream_ndcg_scored_impressions", k="1", window="1h", variant="A") == 2
+    assert get("stream_ndcg_judged_ratio", k="1", window="1h", variant="A") == 0.5
+    assert get("stream_ndcg_dcg", k="1", window="5m", variant="A") == 0.0
+    assert get("stream_ndcg_events_total", type="impression") == 2
+    assert get("stream_ndcg_events_total", type="judgment") == 1
+    assert get("stream_ndcg_events_rejected_total", reason="not_json") == 1
+    assert get("stream_ndcg_events_duplicate_total", type="impression") == 0
+
+
+def test_segment_values_past_the_cap_become_other_and_missing_ones_none() -> None:
+    store, engine, registry = build(("variant", "engine"))
+    projector = SegmentProjector(store, ("variant", "engine"), cap=2)
+    feed(store, engine, [
+        event(type="impression", impression_id=f"i{v}", query_id="q", ts=T0, results=["a"],
+              segment={"variant": v, "locale": "de"}) for v in ("A", "B", "C", "D")
+    ], projector)
+    values = {(s.labels["variant"], s.labels["engine"]) for metric in registry.collect() for s in metric.samples
+              if s.name == "stream_ndcg_impressions"}
+    assert values == {("A", "none"), ("B", "none"), ("other", "none")}
+    assert registry.get_sample_value("stream_ndcg_impressions", {"window": "5m", "variant": "other",
+                                                                  "engine": "none"}) == 2
+
+
+def test_http_endpoints() -> None:
+    store = MemoryStore(10)
+    registry = CollectorRegistry()
+    exporter = Exporter(registry, store, WindowView((10,), (MINUTE,), MINUTE, (), False))
+    port = exporter.serve("127.0.0.1", 0, ready=lambda: False)
+    try:
+        body = urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()  # noqa: S310
+        assert "stream_ndcg_batch_duration_seconds" in body
+        assert urlopen(f"http://127.0.0.1:{port}/healthz").status == 200  # noqa: S310
+        try:
+            urlopen(f"http://127.0.0.1:{port}/readyz")  # noqa: S310
+            raise AssertionError("readyz answered 200 while not ready")
+        except OSError as exc:
+            assert "503" in str(exc)
+    finally:
+        exporter.close()
+
+
+def test_backoff_grows_with_jitter_and_is_capped() -> None:
+    backoff = Backoff(base=0.1, cap=2.0)
+    delays = [backoff.next_delay() for _ in range(20)]
+    assert all(0.1 <= d <= 2.0 for d in delays)
+    assert max(delays[10:]) > 0.2
+    backoff.reset()
+    assert backoff.next_delay() <= 0.2
