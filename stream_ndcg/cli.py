@@ -135,6 +135,14 @@ def cmd_dev(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from stream_ndcg import demo
+
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    return demo.run(rate=args.rate, metrics_port=args.metrics_port)
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from stream_ndcg.simulator import SimulationSpec, Simulator
 
@@ -185,6 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--kafka-port", type=int)
     dev.add_argument("--redis-port", type=int)
     dev.set_defaults(handler=cmd_dev)
+
+    demo = sub.add_parser("demo", help="Kafka, Redis, the service and simulated traffic, with a live view")
+    demo.add_argument("--rate", type=float, default=300.0, help="events per second")
+    demo.add_argument("--metrics-port", type=int, default=9464)
+    demo.set_defaults(handler=cmd_demo)
 
     simulate = sub.add_parser("simulate", help="generate realistic traffic to Kafka or to a JSONL file")
     simulate.add_argument("--events", type=int, default=10_000)

@@ -107,7 +107,7 @@ class Simulator:
             shown = order[: spec.list_length]
             segment = {"variant": variant}
             if spec.engines:
-                segment["engine"] = spec.engines[impression % len(spec.engines)]
+                segment["engine"] = spec.engines[impression // len(spec.variants) % len(spec.engines)]
             event = {
                 "type": "impression",
                 "impression_id": f"i{spec.seed}-{impression}",
