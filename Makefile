@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint test test-unit test-integration chaos bench run dev-up dev-down clean
+.PHONY: venv lint test test-unit chaos bench demo clean
 
 venv: $(STAMP)
 
@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml
 lint: venv
 	$(BIN)/ruff check stream_ndcg tests bench
 	$(BIN)/mypy
+	$(BIN)/mypy bench
 
 # Unit tests, the integration tests against a real Kafka and Redis, and a short chaos run.
 test: lint
@@ -30,6 +31,10 @@ chaos: venv
 
 bench: venv
 	$(BIN)/python bench/replay_bench.py
+
+# The main job locally: Kafka, Redis, the service and live simulated traffic; Ctrl-C stops all of it.
+demo: venv
+	$(BIN)/stream-ndcg demo
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
