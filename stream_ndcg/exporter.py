@@ -101,8 +101,12 @@ class _StoreCollector(Collector):
         scored = GaugeMetricFamily(f"{PREFIX}_scored_impressions",
                                    "Impressions of the window whose nDCG@k is defined (ideal DCG > 0).", labels=labels)
         dcg = GaugeMetricFamily(f"{PREFIX}_dcg", "Mean DCG@k over all impressions of the window.", labels=labels)
+        dcg_sum = GaugeMetricFamily(f"{PREFIX}_dcg_sum", "Sum of DCG@k over all impressions of the window.",
+                                    labels=labels)
         judged = GaugeMetricFamily(f"{PREFIX}_judged_ratio",
                                    "Mean share of the top k ranks holding a judged document.", labels=labels)
+        judged_sum = GaugeMetricFamily(f"{PREFIX}_judged_ratio_sum",
+                                       "Sum of the judged ratio@k over all impressions of the window.", labels=labels)
         impressions = GaugeMetricFamily(f"{PREFIX}_impressions", "Impressions in the window.",
                                         labels=["window", *seg])
         if now is not None:
@@ -121,8 +125,10 @@ class _StoreCollector(Collector):
                         scored.add_metric(values, defined)
                         ndcg.add_metric(values, sums.get(f"ndcg@{k}", 0.0) / defined if defined else math.nan)
                         dcg.add_metric(values, sums.get(f"dcg@{k}", 0.0) / total if total else math.nan)
+                        dcg_sum.add_metric(values, sums.get(f"dcg@{k}", 0.0))
                         judged.add_metric(values, sums.get(f"judged@{k}", 0.0) / total if total else math.nan)
-        yield from (ndcg, ndcg_sum, scored, dcg, judged, impressions)
+                        judged_sum.add_metric(values, sums.get(f"judged@{k}", 0.0))
+        yield from (ndcg, ndcg_sum, scored, dcg, dcg_sum, judged, judged_sum, impressions)
 
 
 def _by_segment(aggregates: dict[AggregateKey, float], first: int, last: int,

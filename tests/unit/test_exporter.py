@@ -62,6 +62,8 @@ def test_window_gauges_and_counters() -> None:
     assert get("stream_ndcg_scored_impressions", k="1", window="1h", variant="A") == 2
     assert get("stream_ndcg_judged_ratio", k="1", window="1h", variant="A") == 0.5
     assert get("stream_ndcg_dcg", k="1", window="5m", variant="A") == 0.0
+    assert get("stream_ndcg_dcg_sum", k="10", window="1h", variant="A") == 1 + 1 / math.log2(3)
+    assert get("stream_ndcg_judged_ratio_sum", k="10", window="1h", variant="A") == 0.2
     assert get("stream_ndcg_events_total", type="impression") == 2
     assert get("stream_ndcg_events_total", type="judgment") == 1
     assert get("stream_ndcg_events_rejected_total", reason="not_json") == 1
