@@ -146,8 +146,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from stream_ndcg.simulator import SimulationSpec, Simulator
 
-    spec = SimulationSpec(events=args.events, seed=args.seed, queries=args.queries, rate=args.rate,
-                          malformed_share=args.malformed_share)
+    events = args.events if args.duration is None else int(args.duration * args.rate)
+    spec = SimulationSpec(events=events, seed=args.seed, queries=args.queries, rate=args.rate,
+                          malformed_share=args.malformed_share, max_delay_ms=args.max_delay_ms)
     messages = Simulator(spec).messages()
     if args.output:
         with open(args.output, "wb") as out:
@@ -200,7 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=cmd_demo)
 
     simulate = sub.add_parser("simulate", help="generate realistic traffic to Kafka or to a JSONL file")
-    simulate.add_argument("--events", type=int, default=10_000)
+    simulate.add_argument("--events", type=int, default=10_000, help="how many messages (default 10000)")
+    simulate.add_argument("--duration", type=float, help="seconds of traffic at --rate (instead of --events)")
+    simulate.add_argument("--max-delay-ms", type=int, default=3_600_000,
+                          help="longest delay of a judgment after its impression, in event time")
     simulate.add_argument("--seed", type=int, default=1)
     simulate.add_argument("--queries", type=int, default=1_000)
     simulate.add_argument("--rate", type=float, default=1_000.0, help="events per second of event time")

@@ -205,6 +205,12 @@ class StreamProcessor:
                 for tp in partitions:
                     self._owned.pop(tp, None)
                     self._unclaimed.discard(tp)
+                    self._next_offsets.pop(tp, None)
+                    # The new holder reports this partition's lag from now on.
+                    try:
+                        self.exporter.consumer_lag.remove(tp.topic, str(tp.partition))
+                    except KeyError:
+                        pass
                 logger.info("revoked %s", names)
         current = self.consumer.assignment()
         waiting = [tp for tp in self._unclaimed if tp in current]

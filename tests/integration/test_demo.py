@@ -1,0 +1,60 @@
+"""`stream-ndcg demo`, as a newcomer runs it: the better variant ahead, and nothing left behind on Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from stream_ndcg.devenv import free_port
+
+pytestmark = [pytest.mark.kafka, pytest.mark.redis]
+
+
+def children_of(pid: int) -> set[int]:
+    found: set[int] = set()
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+        except OSError:
+            continue
+        if int(fields.get("PPid", "0").strip()) == pid:
+            child = int(status.parent.name)
+            found |= {child} | children_of(child)
+    return found
+
+
+def test_demo_shows_the_better_variant_ahead_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
+    port = free_port()
+    out = tmp_path / "demo.out"
+    with open(out, "wb") as stream:
+        demo = subprocess.Popen([sys.executable, "-m", "stream_ndcg.cli", "demo", "--metrics-port", str(port),
+                                 "--rate", "400"], stdout=stream, stderr=subprocess.STDOUT)
+    try:
+        frame = ""
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            time.sleep(3)
+            frames = out.read_text(errors="replace").split("\x1b[H\x1b[2J")
+            frame = frames[-1] if len(frames) > 1 else ""
+            rows = dict(re.findall(r"^\s+1h\s+([AB])\s+([0-9.]+)", frame, re.MULTILINE))
+            if len(rows) == 2 and "nan" not in frame.split("1h")[1][:80]:
+                break
+        assert len(rows) == 2, f"no nDCG for both variants after 90s:\n{frame}"
+        assert float(rows["A"]) > float(rows["B"]), frame
+        assert f"127.0.0.1:{port}/metrics" in frame
+        started = children_of(demo.pid)
+        assert started, "the demo started no Kafka or Redis process"
+    finally:
+        demo.send_signal(signal.SIGINT)
+        demo.wait(timeout=60)
+    assert demo.returncode == 0, out.read_text()[-2000:]
+    left = [pid for pid in started if os.path.exists(f"/proc/{pid}")
+            and "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()]
+    assert not left, f"processes left behind: {left}"

@@ -1,0 +1,53 @@
+"""The simulator: reproducible, realistic in shape, and the better variant really is better."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from stream_ndcg.cli import main
+from stream_ndcg.metric import Measure
+from stream_ndcg.replay import Replay
+from stream_ndcg.simulator import SimulationSpec, Simulator
+
+
+def test_same_seed_same_events() -> None:
+    spec = SimulationSpec(events=500, seed=4)
+    assert list(Simulator(spec).messages()) == list(Simulator(spec).messages())
+    assert list(Simulator(spec).messages()) != list(Simulator(SimulationSpec(events=500, seed=5)).messages())
+
+
+def test_shape_of_the_traffic() -> None:
+    spec = SimulationSpec(events=20_000, seed=2, malformed_share=0.01, max_delay_ms=600_000, rate=20.0)
+    messages = list(Simulator(spec).messages())
+    assert len(messages) == 20_000
+    events = []
+    for _, value in messages:
+        try:
+            events.append(json.loads(value))
+        except (ValueError, UnicodeDecodeError):
+            continue
+    events = [e for e in events if isinstance(e, dict) and "query_id" in e and "ts" in e]
+    kinds = Counter(e["type"] for e in events)
+    # A third of the ten shown documents are judged, a few unshown ones too, some revised.
+    assert 1.5 < kinds["judgment"] / kinds["impression"] < 4.5
+    assert 100 < 20_000 - len(events) < 600
+    queries = Counter(e["query_id"] for e in events if e["type"] == "impression")
+    top = queries.most_common()
+    assert top[0][1] > 20 * top[len(top) // 2][1], "query frequencies should be Zipf-like"
+    judgments = [e for e in events if e["type"] == "judgment" and "grade" in e]
+    assert any(j["grade"] is None for j in judgments), "some judgments are retracted"
+    impressions = {e["query_id"]: e["ts"] for e in events if e["type"] == "impression"}
+    delays = [j["ts"] - impressions[j["query_id"]] for j in judgments if j["query_id"] in impressions]
+    assert max(delays) > 60_000, "judgments arrive late"
+
+
+def test_the_better_variant_scores_higher(tmp_path: Path) -> None:
+    out = tmp_path / "sim.jsonl"
+    assert main(["simulate", "--events", "20000", "--seed", "3", "--output", str(out), "--max-delay-ms", "60000"]) == 0
+    replay = Replay(Measure(cutoffs=(10,)))
+    for line in out.read_bytes().splitlines():
+        replay.add(line)
+    by_variant = replay.summary()["by_segment"]["variant"]
+    assert by_variant["A"]["10"]["ndcg_mean"] > by_variant["B"]["10"]["ndcg_mean"] + 0.1
