@@ -78,27 +78,33 @@ class Simulator:
         return grades
 
     def messages(self) -> Iterator[tuple[bytes, bytes]]:
-        """(key, value) pairs: key the query id, value the JSON event (or garbage)."""
+        """(key, value) pairs, `spec.events` of them: key the query id, value the JSON event,
+        or, for a `malformed_share` of the messages, garbage."""
+        share = self.spec.malformed_share
+        garbage = random.Random(f"{self.spec.seed}:garbage")  # noqa: S311
+        emitted = 0
+        for message in self._events():
+            while share and emitted < self.spec.events and garbage.random() < share:
+                yield b"garbage", garbage.choice(MALFORMED)
+                emitted += 1
+            if emitted >= self.spec.events:
+                return
+            yield message
+            emitted += 1
+
+    def _events(self) -> Iterator[tuple[bytes, bytes]]:
         spec = self.spec
         rnd = self._random
         # Judgments wait in a heap until the event clock passes their time.
         pending: list[tuple[int, int, bytes, bytes]] = []
         serial = itertools.count()
-        emitted = 0
         step = 1000.0 / spec.rate
         impression = 0
-        while emitted < spec.events:
+        while True:
             now = spec.start_ms + int(impression * step)
-            while pending and pending[0][0] <= now and emitted < spec.events:
+            while pending and pending[0][0] <= now:
                 _, _, key, value = heapq.heappop(pending)
                 yield key, value
-                emitted += 1
-            if emitted >= spec.events:
-                break
-            if spec.malformed_share and rnd.random() < spec.malformed_share:
-                yield b"garbage", rnd.choice(MALFORMED)
-                emitted += 1
-                continue
             query = self._query()
             key = f"q{query}".encode()
             variant, noise = spec.variants[impression % len(spec.variants)]
@@ -117,7 +123,6 @@ class Simulator:
                 "segment": segment,
             }
             yield key, json.dumps(event).encode()
-            emitted += 1
             impression += 1
             judged = [d for d in shown if rnd.random() < spec.judged_share]
             judged += [d for d in order[spec.list_length:] if rnd.random() < spec.unshown_judged_share]
