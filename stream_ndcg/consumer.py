@@ -135,6 +135,8 @@ class StreamProcessor:
         self._owned: dict[TopicPartition, int] = {}
         self._unclaimed: set[TopicPartition] = set()
         self._next_offsets: dict[TopicPartition, int] = {}
+        # What this instance knows the store holds: every commit must start from it.
+        self._stored_offsets: dict[TopicPartition, int | None] = {}
         self._healthy = False
         self._rebalances: queue.SimpleQueue[tuple[str, list[TopicPartition]]] = queue.SimpleQueue()
 
@@ -226,6 +228,7 @@ class StreamProcessor:
             name = partition_name(tp)
             epoch = self.store.claim(name)
             offset = self.store.next_offset(name)
+            self._stored_offsets[tp] = offset
             if offset is not None:
                 self.consumer.seek(tp, offset)
                 self._next_offsets[tp] = offset
@@ -267,7 +270,8 @@ class StreamProcessor:
             clock = snapshot.clock_ms if self.event_clock else now_ms
             outcome = self.engine.apply(events, snapshot.states, snapshot.known_impressions, clock,
                                         event_clock=self.event_clock)
-            commits.append(Commit(name, self._owned[tp], outcome, batch[tp][-1].offset + 1))
+            commits.append(Commit(name, self._owned[tp], outcome, batch[tp][-1].offset + 1,
+                                  self._stored_offsets.get(tp)))
             judgment_times.extend(e.ts for e in valid if isinstance(e, Judgment))
         try:
             self.store.commit(commits)
@@ -281,7 +285,7 @@ class StreamProcessor:
                 self.consumer.pause(tp)
             return
         for tp, records in batch.items():
-            self._next_offsets[tp] = records[-1].offset + 1
+            self._next_offsets[tp] = self._stored_offsets[tp] = records[-1].offset + 1
         applied_s = self.clock()
         for ts in judgment_times:
             self.exporter.judgment_latency.observe(max(0.0, applied_s - ts / 1000))

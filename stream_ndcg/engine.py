@@ -23,6 +23,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from stream_ndcg.events import Event, Impression, InvalidEvent, Judgment
 from stream_ndcg.metric import Measure, discount, first_occurrences, ideal_dcg, score_list
@@ -53,18 +54,38 @@ class Group:
     """The impressions of one query in one time bucket and one segment."""
 
     impressions: int = 0
+    # Each distinct list with its count; kept here only for the list ideal,
+    # which scores list by list (the store keeps them all for drill-down).
     lists: dict[tuple[str, ...], int] = field(default_factory=dict)
     # What this group has added to the aggregates, per field: the engine adds
     # the difference whenever it recomputes the group.
     credited: dict[str, float] = field(default_factory=dict)
-    # doc -> {first rank -> impressions showing it there}; derived from lists.
-    ranks: dict[str, dict[int, int]] = field(default_factory=dict, repr=False, compare=False)
+    # doc -> {first rank -> impressions showing it there}: all the pool ideal needs.
+    ranks: dict[str, dict[int, int]] = field(default_factory=dict)
 
-    def add_list(self, ranked: tuple[str, ...], count: int, depth: int) -> None:
-        self.lists[ranked] = self.lists.get(ranked, 0) + count
+    def add_list(self, ranked: tuple[str, ...], count: int, depth: int, *, keep_list: bool) -> None:
+        if keep_list:
+            self.lists[ranked] = self.lists.get(ranked, 0) + count
         for rank, doc in first_occurrences(ranked, depth):
             at = self.ranks.setdefault(doc, {})
             at[rank] = at.get(rank, 0) + count
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n": self.impressions,
+            "c": self.credited,
+            "r": {doc: [[rank, count] for rank, count in at.items()] for doc, at in self.ranks.items()},
+            "l": [[list(ranked), count] for ranked, count in self.lists.items()],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Group:
+        return cls(
+            impressions=data["n"],
+            credited=data["c"],
+            ranks={doc: {rank: count for rank, count in at} for doc, at in data["r"].items()},
+            lists={tuple(ranked): count for ranked, count in data["l"]},
+        )
 
 
 @dataclass
@@ -84,34 +105,38 @@ class QueryState:
                 current[doc] = grade
         return current
 
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "r": self.revisions,
-                "g": [[b, s, g.impressions, [[list(ranked), c] for ranked, c in g.lists.items()], g.credited]
-                      for (b, s), g in self.groups.items()],
-            },
-            separators=(",", ":"),
-        )
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form; stores choose the codec."""
+        return {"r": self.revisions, "g": [[b, s, g.to_dict()] for (b, s), g in self.groups.items()]}
 
     @classmethod
-    def from_json(cls, text: str | bytes, depth: int) -> QueryState:
-        data = json.loads(text)
+    def from_dict(cls, data: dict[str, Any]) -> QueryState:
         state = cls(revisions={doc: [(r[0], r[1], r[2]) for r in seen] for doc, seen in data["r"].items()})
-        for bucket, segment, impressions, lists, credited in data["g"]:
-            group = Group(impressions=impressions, credited=credited)
-            for ranked, count in lists:
-                group.add_list(tuple(ranked), count, depth)
-            state.groups[(bucket, segment)] = group
+        for bucket, segment, group in data["g"]:
+            state.groups[(bucket, segment)] = Group.from_dict(group)
         return state
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> QueryState:
+        return cls.from_dict(json.loads(text))
 
 
 @dataclass
-class _Pending:
-    """Per query in a batch: the groups that took impressions, the documents whose grade moved."""
+class QueryChange:
+    """What a batch did to one query's state, so that a store writes only that."""
 
+    # Groups that took impressions in the batch.
     groups: set[tuple[int, str]] = field(default_factory=set)
+    # Documents whose current grade moved.
     docs: set[str] = field(default_factory=set)
+    revisions: bool = False
+    # Groups to write back: the new impressions' and every re-credited one.
+    dirty: set[tuple[int, str]] = field(default_factory=set)
+    # Groups dropped behind the horizon.
+    removed: set[tuple[int, str]] = field(default_factory=set)
 
 
 @dataclass
@@ -119,9 +144,12 @@ class BatchOutcome:
     """What one batch of events changed."""
 
     touched: dict[str, QueryState] = field(default_factory=dict)
+    changes: dict[str, QueryChange] = field(default_factory=dict)
     aggregates: dict[AggregateKey, float] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
     impression_buckets: dict[str, int] = field(default_factory=dict)
+    # (query, bucket, segment, list) -> impressions that showed it in this batch.
+    lists: dict[tuple[str, int, str, tuple[str, ...]], int] = field(default_factory=dict)
     clock_ms: int | None = None
 
 
@@ -171,7 +199,6 @@ class Engine:
         outcome depends on the order of the events, never on batch boundaries.
         The clock reached is `outcome.clock_ms`."""
         outcome = BatchOutcome(clock_ms=now_ms)
-        pending: dict[str, _Pending] = {}
         for event in events:
             if isinstance(event, InvalidEvent):
                 outcome.counts[f"rejected:{event.reason}"] += 1
@@ -182,17 +209,17 @@ class Engine:
             if state is None:
                 state = states.get(event.query_id) or QueryState()
                 outcome.touched[event.query_id] = state
-                pending[event.query_id] = _Pending()
+                outcome.changes[event.query_id] = QueryChange()
                 if now_ms is not None:
-                    self._expire(state, now_ms)
+                    self._expire(state, now_ms, outcome.changes[event.query_id])
             if isinstance(event, Impression):
-                self._impression(event, state, known_impressions, now_ms, outcome, pending[event.query_id])
+                self._impression(event, state, known_impressions, now_ms, outcome, outcome.changes[event.query_id])
             else:
-                self._judgment(event, state, now_ms, outcome, pending[event.query_id])
+                self._judgment(event, state, now_ms, outcome, outcome.changes[event.query_id])
         # Credit once per batch, not once per event: a head query's group may
         # take hundreds of impressions in one batch.
-        for query_id, todo in pending.items():
-            self._recredit(outcome.touched[query_id], todo, outcome.aggregates)
+        for query_id, change in outcome.changes.items():
+            self._recredit(outcome.touched[query_id], change, outcome.aggregates)
         return outcome
 
     def _impression(
@@ -202,7 +229,7 @@ class Engine:
         known: set[str],
         now_ms: int | None,
         outcome: BatchOutcome,
-        todo: _Pending,
+        todo: QueryChange,
     ) -> None:
         if event.impression_id in known:
             outcome.counts["duplicate:impression"] += 1
@@ -219,7 +246,10 @@ class Engine:
         if group is None:
             group = state.groups[key] = Group()
         group.impressions += 1
-        group.add_list(event.results[: self.measure.depth], 1, self.measure.depth)
+        ranked = event.results[: self.measure.depth]
+        group.add_list(ranked, 1, self.measure.depth, keep_list=self.measure.ideal == "list")
+        outcome.lists[(event.query_id, bucket, key[1], ranked)] = (
+            outcome.lists.get((event.query_id, bucket, key[1], ranked), 0) + 1)
         todo.groups.add(key)
 
     def _judgment(
@@ -228,7 +258,7 @@ class Engine:
         state: QueryState,
         now_ms: int | None,
         outcome: BatchOutcome,
-        todo: _Pending,
+        todo: QueryChange,
     ) -> None:
         if (now_ms is not None and self.judgment_max_age_ms is not None
                 and event.ts < now_ms - self.judgment_max_age_ms):
@@ -240,12 +270,13 @@ class Engine:
             outcome.counts["duplicate:judgment"] += 1
             return
         outcome.counts["judgment"] += 1
+        todo.revisions = True
         before = max(seen, key=precedence)[2] if seen else None
         seen.append(revision)
         if max(seen, key=precedence)[2] != before:
             todo.docs.add(event.doc_id)
 
-    def _expire(self, state: QueryState, now_ms: int) -> None:
+    def _expire(self, state: QueryState, now_ms: int, change: QueryChange) -> None:
         """Drop the groups behind the horizon: their buckets are behind every
         window, so nothing is un-credited. Judgments stay while the query is
         alive; the store expires a query's whole state after its last event."""
@@ -253,19 +284,25 @@ class Engine:
             oldest = self.bucket_of(now_ms - self.horizon_ms)
             for key in [key for key in state.groups if key[0] < oldest]:
                 del state.groups[key]
+                change.removed.add(key)
 
-    def _recredit(self, state: QueryState, todo: _Pending, aggregates: dict[AggregateKey, float]) -> None:
+    def _recredit(self, state: QueryState, todo: QueryChange, aggregates: dict[AggregateKey, float]) -> None:
         """Re-credit the groups that new impressions or grade changes can move."""
         if not todo.groups and not todo.docs:
             return
         grades = state.grades()
         ideals = self._ideals(grades)
         renormalise = bool(todo.docs) and self.measure.ideal == "pool"
+        todo.dirty.update(todo.groups)
         for key, group in state.groups.items():
             if key in todo.groups or not todo.docs.isdisjoint(group.ranks):
-                self._credit(key, group, self._totals(group, grades, ideals), aggregates)
+                totals = self._totals(group, grades, ideals)
             elif renormalise:
-                self._credit(key, group, self._normalised(dict(group.credited), group.impressions, ideals), aggregates)
+                totals = self._normalised(dict(group.credited), group.impressions, ideals)
+            else:
+                continue
+            if self._credit(key, group, totals, aggregates):
+                todo.dirty.add(key)
 
     def _ideals(self, grades: Mapping[str, float]) -> dict[int, float]:
         if self.measure.ideal != "pool":
@@ -305,13 +342,17 @@ class Engine:
         group: Group,
         totals: dict[str, float],
         aggregates: dict[AggregateKey, float],
-    ) -> None:
+    ) -> bool:
+        """Add the difference to the aggregates; whether there was any."""
         bucket, segment = key
+        changed = False
         for name, value in totals.items():
             change = value - group.credited.get(name, 0.0)
             if change:
                 aggregates[(bucket, segment, name)] = aggregates.get((bucket, segment, name), 0.0) + change
+                changed = True
         group.credited = totals
+        return changed
 
 
 def window_means(

@@ -9,28 +9,36 @@ in one slot and one script can write it atomically):
     {ns:P}:epoch               STRING  fencing token, INCR on every claim
     {ns:P}:meta                HASH    offset (next to consume), clock (greatest event time)
     {ns:P}:counts              HASH    event counts: impression, judgment, duplicate:*, rejected:*
-    {ns:P}:q:<query_id>        STRING  the query's state (JSON), TTL max(horizon, judgment TTL)
+    {ns:P}:q:<query_id>        HASH    the query's state, TTL max(horizon, judgment TTL):
+                                       r -> judgment revisions (JSON), g|<bucket>|<segment> -> group (JSON)
+    {ns:P}:lists:<query_id>:<bucket>  HASH  JSON [segment, list] -> impressions showing it, TTL horizon
     {ns:P}:imp:<bucket>        SET     impression ids applied in that time bucket, TTL horizon
     {ns:P}:agg:<bucket>        HASH    "<segment>|<field>" -> sum, TTL horizon
     {ns:P}:aggidx              ZSET    the buckets that have an agg hash
 
 A batch costs two round trips: one pipelined read (query states, impression
-ids, clock) and one script call per partition that checks the epoch and
-writes states, impression ids, aggregate increments, counts, the clock and
-the next offset, all or nothing.
+ids, clock) and one script call per partition that checks the epoch and the
+expected offset and writes states, lists, impression ids, aggregate
+increments, counts, the clock and the next offset, all or nothing.
+
+Only the instance holding a partition writes it, so that instance keeps the
+query states it wrote in a bounded LRU cache and reads from Redis only the
+states it has not got. The cache of a partition is dropped on every claim and
+on every failed commit; the offset check makes a stale cache impossible to
+write (a Redis that lost its last second would refuse the next commit).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import orjson
 import redis
 from redis.exceptions import RedisError, ResponseError
 
@@ -42,8 +50,17 @@ logger = logging.getLogger(__name__)
 
 _COMMIT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[2], 'offset') ~= (ARGV[3] ~= '' and ARGV[3] or false) then return -1 end
 local p = cjson.decode(ARGV[2])
-for _, s in ipairs(p.states) do redis.call('SET', KEYS[s[1]], s[2], 'PX', s[3]) end
+for _, s in ipairs(p.states) do
+  for i = 1, #s[3], 200 do redis.call('HSET', KEYS[s[1]], unpack(s[3], i, math.min(i + 199, #s[3]))) end
+  for i = 1, #s[4], 200 do redis.call('HDEL', KEYS[s[1]], unpack(s[4], i, math.min(i + 199, #s[4]))) end
+  redis.call('PEXPIRE', KEYS[s[1]], s[2])
+end
+for _, s in ipairs(p.lists) do
+  for _, f in ipairs(s[3]) do redis.call('HINCRBY', KEYS[s[1]], f[1], f[2]) end
+  redis.call('PEXPIRE', KEYS[s[1]], s[2])
+end
 for _, s in ipairs(p.impressions) do
   for i = 1, #s[3], 500 do redis.call('SADD', KEYS[s[1]], unpack(s[3], i, math.min(i + 499, #s[3]))) end
   redis.call('PEXPIRE', KEYS[s[1]], s[2])
@@ -73,7 +90,7 @@ return 0
 class RedisStore:
     """The `StateStore` on Redis (a single server, or a cluster: keys carry per-partition hash tags).
 
-        store = RedisStore(redis.Redis.from_url(url), namespace="sndcg", depth=10,
+        store = RedisStore(redis.Redis.from_url(url), namespace="sndcg",
                            bucket_ms=60_000, horizon_ms=87_000_000, state_ttl_ms=2_592_000_000)
     """
 
@@ -82,16 +99,17 @@ class RedisStore:
         client: redis.Redis,
         *,
         namespace: str,
-        depth: int,
         bucket_ms: int,
         horizon_ms: int,
         state_ttl_ms: int,
         wall_clock: bool = True,
+        cache_queries: int = 20_000,
         observe_round_trip: Callable[[float], None] = lambda seconds: None,
     ) -> None:
         self.client = client
         self.namespace = namespace
-        self.depth = depth
+        self.cache_queries = cache_queries
+        self._cache: dict[str, OrderedDict[str, QueryState]] = {}
         self.bucket_ms = bucket_ms
         self.horizon_ms = horizon_ms
         self.state_ttl_ms = max(state_ttl_ms, horizon_ms)
@@ -115,6 +133,7 @@ class RedisStore:
         return ":".join([f"{{{self.namespace}:{partition}}}", *map(str, parts)])
 
     def claim(self, partition: str) -> int:
+        self._cache.pop(partition, None)
         with self._round_trip("claim"):
             epoch = int(self.client.incr(self._key(partition, "epoch")))
             self.client.sadd(f"{self.namespace}:partitions", partition)
@@ -126,20 +145,28 @@ class RedisStore:
         return int(value) if value is not None else None
 
     def load(self, partition: str, query_ids: Collection[str], impressions: Mapping[str, int]) -> Snapshot:
-        queries = list(query_ids)
+        cache = self._cache.setdefault(partition, OrderedDict())
+        states: dict[str, QueryState] = {}
+        for query_id in query_ids:
+            cached = cache.get(query_id)
+            if cached is not None:
+                cache.move_to_end(query_id)
+                states[query_id] = cached
+        queries = [q for q in query_ids if q not in states]
         by_bucket: dict[int, list[str]] = {}
         for impression_id, bucket in impressions.items():
             by_bucket.setdefault(bucket, []).append(impression_id)
         with self._round_trip("load"):
             pipe = self.client.pipeline(transaction=False)
             for query_id in queries:
-                pipe.get(self._key(partition, "q", query_id))
+                pipe.hgetall(self._key(partition, "q", query_id))
             for bucket, ids in by_bucket.items():
                 pipe.smismember(self._key(partition, "imp", bucket), ids)
             pipe.hget(self._key(partition, "meta"), "clock")
             replies = pipe.execute()
-        states = {q: QueryState.from_json(raw, self.depth)
-                  for q, raw in zip(queries, replies[: len(queries)], strict=True) if raw is not None}
+        for query_id, fields in zip(queries, replies[: len(queries)], strict=True):
+            if fields:
+                states[query_id] = _state_from_fields(fields)
         known: set[str] = set()
         for (_, ids), flags in zip(by_bucket.items(), replies[len(queries):-1], strict=True):
             known.update(i for i, flag in zip(ids, flags, strict=True) if flag)
@@ -149,15 +176,36 @@ class RedisStore:
     def commit(self, commits: Collection[Commit]) -> None:
         if not commits:
             return
-        with self._round_trip("commit"):
-            pipe = self.client.pipeline(transaction=False)
+        try:
+            with self._round_trip("commit"):
+                pipe = self.client.pipeline(transaction=False)
+                for commit in commits:
+                    keys, payload = self._payload(commit)
+                    expected = "" if commit.expected_offset is None else str(commit.expected_offset)
+                    self._commit_script(keys=keys, args=[str(commit.epoch), payload, expected], client=pipe)
+                results = pipe.execute()
+        except StoreUnavailable:
             for commit in commits:
-                keys, payload = self._payload(commit)
-                self._commit_script(keys=keys, args=[str(commit.epoch), payload], client=pipe)
-            results = pipe.execute()
-        fenced = [c.partition for c, ok in zip(commits, results, strict=True) if not ok]
-        if fenced:
-            raise FencedError(f"partition(s) {', '.join(fenced)} claimed by a newer holder; batch not written")
+                self._cache.pop(commit.partition, None)
+            raise
+        refused = []
+        for commit, result in zip(commits, results, strict=True):
+            if result == 1:
+                self._remember(commit)
+            else:
+                self._cache.pop(commit.partition, None)
+                reason = "claimed by a newer holder" if result == 0 else "not at the expected offset"
+                refused.append(f"{commit.partition} ({reason})")
+        if refused:
+            raise FencedError(f"batch not written for partition(s) {', '.join(refused)}")
+
+    def _remember(self, commit: Commit) -> None:
+        cache = self._cache.setdefault(commit.partition, OrderedDict())
+        for query_id, state in commit.outcome.touched.items():
+            cache[query_id] = state
+            cache.move_to_end(query_id)
+        while len(cache) > self.cache_queries:
+            cache.popitem(last=False)
 
     def _payload(self, commit: Commit) -> tuple[list[str], str]:
         partition, outcome = commit.partition, commit.outcome
@@ -167,9 +215,22 @@ class RedisStore:
             keys.append(key)
             return len(keys)  # Lua counts from 1
 
-        states = [[index(self._key(partition, "q", q)), state.to_json(), self.state_ttl_ms]
-                  for q, state in outcome.touched.items()]
+        states = []
+        for query_id, state in outcome.touched.items():
+            query_change = outcome.changes[query_id]
+            written: list[str] = []
+            if query_change.revisions:
+                written += ["r", orjson.dumps(state.revisions).decode()]
+            for bucket, segment in query_change.dirty & state.groups.keys():
+                group = state.groups[(bucket, segment)]
+                written += [f"g|{bucket}|{segment}", orjson.dumps(group.to_dict()).decode()]
+            removed = [f"g|{bucket}|{segment}" for bucket, segment in query_change.removed]
+            states.append([index(self._key(partition, "q", query_id)), self.state_ttl_ms, written, removed])
         ttl = self.horizon_ms + self.bucket_ms
+        new_lists: dict[tuple[str, int], list[list[object]]] = {}
+        for (query_id, bucket, segment, ranked), count in outcome.lists.items():
+            new_lists.setdefault((query_id, bucket), []).append([orjson.dumps([segment, ranked]).decode(), count])
+        lists = [[index(self._key(partition, "lists", q, b)), ttl, fields] for (q, b), fields in new_lists.items()]
         by_bucket: dict[int, list[str]] = {}
         for impression_id, bucket in outcome.impression_buckets.items():
             by_bucket.setdefault(bucket, []).append(impression_id)
@@ -183,12 +244,27 @@ class RedisStore:
         now = time.time() * 1000 if self.wall_clock else clock
         prune = str(int((now - self.horizon_ms) // self.bucket_ms)) if now is not None else None
         payload = {
-            "states": states, "impressions": impressions, "aggs": aggs,
+            "states": states, "lists": lists, "impressions": impressions, "aggs": aggs,
             "counts": [[name, n] for name, n in outcome.counts.items()],
             "offset": str(commit.next_offset), "clock": str(clock) if clock is not None else None,
             "prune": prune,
         }
-        return keys, json.dumps(payload, separators=(",", ":"))
+        return keys, orjson.dumps(payload).decode()
+
+    def ranked_lists(self, partition: str, query_id: str) -> dict[tuple[int, str, tuple[str, ...]], int]:
+        with self._round_trip("list read"):
+            fields = self.client.hgetall(self._key(partition, "q", query_id))
+            buckets = sorted({b for b, _ in _state_from_fields(fields).groups}) if fields else []
+            pipe = self.client.pipeline(transaction=False)
+            for bucket in buckets:
+                pipe.hgetall(self._key(partition, "lists", query_id, bucket))
+            replies = pipe.execute()
+        held: dict[tuple[int, str, tuple[str, ...]], int] = {}
+        for bucket, reply in zip(buckets, replies, strict=True):
+            for raw_field, count in reply.items():
+                segment, ranked = orjson.loads(raw_field)
+                held[(bucket, segment, tuple(ranked))] = int(count)
+        return held
 
     def partitions(self) -> list[str]:
         with self._round_trip("partition list"):
@@ -256,3 +332,14 @@ class RedisStore:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _state_from_fields(fields: Mapping[Any, Any]) -> QueryState:
+    """A query state from its hash (the client returns bytes)."""
+    revisions = orjson.loads(fields[b"r"]) if b"r" in fields else {}
+    groups = []
+    for name, value in fields.items():
+        if name.startswith(b"g|"):
+            _, bucket, segment = _text(name).split("|", 2)
+            groups.append([int(bucket), segment, orjson.loads(value)])
+    return QueryState.from_dict({"r": revisions, "g": groups})

@@ -29,7 +29,6 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
     store = RedisStore(
         client,
         namespace=settings.namespace,
-        depth=settings.measure.depth,
         bucket_ms=settings.bucket,
         horizon_ms=settings.horizon,
         state_ttl_ms=settings.judgment_ttl,

@@ -9,7 +9,10 @@ all, and a store's offsets say exactly which events its state contains.
 
 Fencing: `claim` hands out a new epoch for a partition, and `commit` refuses
 (raises `FencedError`) a write carrying an older epoch, so an instance that
-lost a partition in a rebalance can no longer change it.
+lost a partition in a rebalance can no longer change it; and a write whose
+`expected_offset` is not the stored one (another writer went on, or Redis came
+back from its append-only file a second behind), so that the writer re-reads
+the stored offset and resumes from there.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class Commit:
     epoch: int
     outcome: BatchOutcome
     next_offset: int
+    expected_offset: int | None
 
 
 class StateStore(Protocol):
@@ -58,7 +62,12 @@ class StateStore(Protocol):
         ...
 
     def commit(self, commits: Collection[Commit]) -> None:
-        """Write each partition's batch and next offset atomically; FencedError if an epoch is stale."""
+        """Write each partition's batch and next offset atomically; FencedError if an epoch is
+        stale or the stored offset is not the expected one."""
+        ...
+
+    def ranked_lists(self, partition: str, query_id: str) -> dict[tuple[int, str, tuple[str, ...]], int]:
+        """The distinct ranked lists of a query held in the horizon: (bucket, segment, list) -> impressions."""
         ...
 
     def aggregates(self, since_bucket: int | None = None) -> dict[AggregateKey, float]:
@@ -83,6 +92,7 @@ class _Partition:
     next_offset: int | None = None
     clock_ms: int | None = None
     states: dict[str, str] = field(default_factory=dict)
+    lists: dict[str, dict[tuple[int, str, tuple[str, ...]], int]] = field(default_factory=dict)
     impressions: set[tuple[int, str]] = field(default_factory=set)
 
 
@@ -94,8 +104,7 @@ class MemoryStore:
     same round trip.
     """
 
-    def __init__(self, depth: int, *, bucket_ms: int = 60_000, horizon_ms: int | None = None) -> None:
-        self.depth = depth
+    def __init__(self, *, bucket_ms: int = 60_000, horizon_ms: int | None = None) -> None:
         self.bucket_ms = bucket_ms
         self.horizon_ms = horizon_ms
         self._partitions: dict[str, _Partition] = {}
@@ -116,20 +125,27 @@ class MemoryStore:
 
     def load(self, partition: str, query_ids: Collection[str], impressions: Mapping[str, int]) -> Snapshot:
         part = self._partition(partition)
-        states = {q: QueryState.from_json(part.states[q], self.depth) for q in query_ids if q in part.states}
+        states = {q: QueryState.from_json(part.states[q]) for q in query_ids if q in part.states}
         known = {i for i, bucket in impressions.items() if (bucket, i) in part.impressions}
         return Snapshot(states, known, part.clock_ms)
 
     def commit(self, commits: Collection[Commit]) -> None:
         for commit in commits:
-            if commit.epoch != self._partition(commit.partition).epoch:
+            part = self._partition(commit.partition)
+            if commit.epoch != part.epoch:
                 raise FencedError(f"partition {commit.partition} was claimed by a newer holder")
+            if commit.expected_offset != part.next_offset:
+                raise FencedError(f"partition {commit.partition} is at offset {part.next_offset}, "
+                                  f"not {commit.expected_offset}")
         for commit in commits:
             part = self._partition(commit.partition)
             outcome = commit.outcome
             for query_id, state in outcome.touched.items():
                 part.states[query_id] = state.to_json()
             part.impressions.update((bucket, i) for i, bucket in outcome.impression_buckets.items())
+            for (query_id, bucket, segment, ranked), count in outcome.lists.items():
+                held = part.lists.setdefault(query_id, {})
+                held[(bucket, segment, ranked)] = held.get((bucket, segment, ranked), 0) + count
             for key, change in outcome.aggregates.items():
                 self._aggregates[key] = self._aggregates.get(key, 0.0) + change
             self._counts.update(outcome.counts)
@@ -143,6 +159,9 @@ class MemoryStore:
             return
         oldest = (part.clock_ms - self.horizon_ms) // self.bucket_ms
         part.impressions = {seen for seen in part.impressions if seen[0] >= oldest}
+        for held in part.lists.values():
+            for stale in [listed for listed in held if listed[0] < oldest]:
+                del held[stale]
         for key in [key for key in self._aggregates if key[0] < oldest]:
             del self._aggregates[key]
 
@@ -161,3 +180,6 @@ class MemoryStore:
         if value not in values and len(values) < cap:
             values.add(value)
         return value in values
+
+    def ranked_lists(self, partition: str, query_id: str) -> dict[tuple[int, str, tuple[str, ...]], int]:
+        return dict(self._partition(partition).lists.get(query_id, {}))

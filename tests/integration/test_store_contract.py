@@ -21,25 +21,30 @@ BUCKET = 60_000
 HORIZON = 3_600_000
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis-cold", "redis-cached"])
 def store(request: pytest.FixtureRequest) -> Iterator[StateStore]:
     if request.param == "memory":
-        yield MemoryStore(MEASURE.depth, bucket_ms=BUCKET, horizon_ms=HORIZON)
+        yield MemoryStore(bucket_ms=BUCKET, horizon_ms=HORIZON)
         return
     server = request.getfixturevalue("redis_server")
     client = redis.Redis.from_url(server.url)
-    yield RedisStore(client, namespace=f"c-{uuid.uuid4().hex[:8]}", depth=MEASURE.depth, bucket_ms=BUCKET,
-                     horizon_ms=HORIZON, state_ttl_ms=HORIZON, wall_clock=False)
+    # Without a cache every batch reads its query states back from Redis.
+    yield RedisStore(client, namespace=f"c-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
+                     state_ttl_ms=HORIZON, wall_clock=False,
+                     cache_queries=0 if request.param == "redis-cold" else 1000)
     client.close()
 
 
-def apply(store: StateStore, engine: Engine, partition: str, epoch: int, raw: list[bytes], offset: int) -> None:
+def apply(store: StateStore, engine: Engine, partition: str, epoch: int, raw: list[bytes], offset: int,
+          expected: int | None | str = "stored") -> None:
     events = [parse_event(m) for m in raw]
     valid = [e for e in events if not isinstance(e, InvalidEvent)]
     snapshot = store.load(partition, {e.query_id for e in valid},
                           {e.impression_id: engine.bucket_of(e.ts) for e in valid if isinstance(e, Impression)})
     outcome = engine.apply(events, snapshot.states, snapshot.known_impressions, snapshot.clock_ms, event_clock=True)
-    store.commit([Commit(partition, epoch, outcome, offset)])
+    before = store.next_offset(partition) if expected == "stored" else expected
+    assert not isinstance(before, str)
+    store.commit([Commit(partition, epoch, outcome, offset, before)])
 
 
 def test_claims_fence_earlier_holders(store: StateStore) -> None:
@@ -60,7 +65,7 @@ def test_commits_round_trip_and_add_up_across_partitions(store: StateStore) -> N
     messages = [v for _, v in Simulator(SimulationSpec(events=3000, seed=3, queries=50, rate=50.0,
                                                          malformed_share=0.02)).messages()]
     epochs = {p: store.claim(p) for p in ("t:0", "t:1")}
-    memory = MemoryStore(MEASURE.depth, bucket_ms=BUCKET, horizon_ms=HORIZON)
+    memory = MemoryStore(bucket_ms=BUCKET, horizon_ms=HORIZON)
     memory_epoch = memory.claim("all")
     for start in range(0, len(messages), 250):
         chunk = messages[start:start + 250]
@@ -86,6 +91,34 @@ def test_commits_round_trip_and_add_up_across_partitions(store: StateStore) -> N
     assert store.aggregates(since_bucket=oldest + 1).keys() == {k for k in store.aggregates() if k[0] > oldest}
 
 
+def test_a_commit_from_another_offset_than_the_stored_one_is_refused(store: StateStore) -> None:
+    engine = Engine(MEASURE, BUCKET)
+    epoch = store.claim("t:0")
+    apply(store, engine, "t:0", epoch, [], 10, expected=None)
+    with pytest.raises(FencedError, match="offset"):
+        apply(store, engine, "t:0", epoch, [], 20, expected=None)
+    with pytest.raises(FencedError, match="offset"):
+        apply(store, engine, "t:0", epoch, [], 20, expected=9)
+    apply(store, engine, "t:0", epoch, [], 20, expected=10)
+    assert store.next_offset("t:0") == 20
+
+
+def test_ranked_lists_are_kept_deduplicated_with_counts(store: StateStore) -> None:
+    engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+    epoch = store.claim("t:0")
+    t0 = 1_763_683_200_000
+    shown = [b'{"type":"impression","impression_id":"%d","query_id":"q","ts":%d,"results":["a","b"]}' % (i, t0 + i)
+             for i in range(3)]
+    other = b'{"type":"impression","impression_id":"x","query_id":"q","ts":%d,"results":["b"],' \
+            b'"segment":{"variant":"B"}}' % (t0 + BUCKET)
+    apply(store, engine, "t:0", epoch, shown[:2], 2)
+    apply(store, engine, "t:0", epoch, [shown[2], other], 4)
+    bucket = t0 // BUCKET
+    assert store.ranked_lists("t:0", "q") == {(bucket, "{}", ("a", "b")): 3,
+                                              (bucket + 1, '{"variant":"B"}', ("b",)): 1}
+    assert store.ranked_lists("t:0", "unknown") == {}
+
+
 def test_segment_values_are_admitted_up_to_the_cap(store: StateStore) -> None:
     assert [store.admit("variant", v, 2) for v in ("A", "B", "C", "A", "D", "B")] == [
         True, True, False, True, False, True]
@@ -94,7 +127,7 @@ def test_segment_values_are_admitted_up_to_the_cap(store: StateStore) -> None:
 
 def test_a_redis_outage_is_a_recoverable_error() -> None:
     client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
-    store = RedisStore(client, namespace="down", depth=10, bucket_ms=BUCKET, horizon_ms=HORIZON,
+    store = RedisStore(client, namespace="down", bucket_ms=BUCKET, horizon_ms=HORIZON,
                        state_ttl_ms=HORIZON)
     with pytest.raises(StoreUnavailable, match="Redis claim failed"):
         store.claim("t:0")

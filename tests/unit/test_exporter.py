@@ -24,7 +24,7 @@ def event(**fields: object) -> bytes:
 
 
 def build(segment_labels: tuple[str, ...] = ("variant",)) -> tuple[MemoryStore, Engine, CollectorRegistry]:
-    store = MemoryStore(10, bucket_ms=MINUTE)
+    store = MemoryStore(bucket_ms=MINUTE)
     engine = Engine(Measure(cutoffs=(1, 10)), MINUTE)
     registry = CollectorRegistry()
     view = WindowView(cutoffs=(1, 10), windows_ms=(5 * MINUTE, 60 * MINUTE), bucket_ms=MINUTE,
@@ -39,7 +39,7 @@ def feed(store: MemoryStore, engine: Engine, messages: list[bytes], projector: S
         events = [projector.project(e) if isinstance(e, Impression) else e for e in events]
     epoch = store.claim("t:0")
     outcome = engine.apply(events, {}, set(), None, event_clock=True)
-    store.commit([Commit("t:0", epoch, outcome, len(messages))])
+    store.commit([Commit("t:0", epoch, outcome, len(messages), store.next_offset("t:0"))])
 
 
 def test_window_gauges_and_counters() -> None:
@@ -85,7 +85,7 @@ def test_segment_values_past_the_cap_become_other_and_missing_ones_none() -> Non
 
 
 def test_http_endpoints() -> None:
-    store = MemoryStore(10)
+    store = MemoryStore()
     registry = CollectorRegistry()
     exporter = Exporter(registry, store, WindowView((10,), (MINUTE,), MINUTE, (), False))
     port = exporter.serve("127.0.0.1", 0, ready=lambda: False)

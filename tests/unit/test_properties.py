@@ -108,7 +108,7 @@ def test_delivering_events_again_changes_nothing_but_the_duplicate_count(
 def test_the_engine_equals_the_batch_replay_after_every_batch(
         messages: list[bytes], measure: Measure, batch_sizes: list[int]) -> None:
     engine = Engine(measure)
-    store = MemoryStore(measure.depth)
+    store = MemoryStore()
     epoch = store.claim("t:0")
     replay = Replay(measure)
     position = 0
@@ -124,7 +124,7 @@ def test_the_engine_equals_the_batch_replay_after_every_batch(
         )
         outcome = engine.apply(events, snapshot.states, snapshot.known_impressions)
         position += len(batch)
-        store.commit([Commit("t:0", epoch, outcome, position)])
+        store.commit([Commit("t:0", epoch, outcome, position, store.next_offset("t:0"))])
         for message in batch:
             replay.add(message)
         expected = replay.summary()
