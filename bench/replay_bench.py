@@ -108,12 +108,12 @@ def main() -> int:
         "ratio = replay time / pytrec_eval time for the same impressions (lower is better).",
         "",
     ])
-    _write_section(args.results, "## Replay throughput", section)
+    write_section(args.results, "## Replay throughput", section)
     print(json.dumps(result))
     return 0
 
 
-def _write_section(path: Path, heading: str, section: str) -> None:
+def write_section(path: Path, heading: str, section: str) -> None:
     fresh = "# Benchmark results\n\nEach section is rewritten by its benchmark.\n\n"
     text = path.read_text() if path.exists() else fresh
     start = text.find(heading)

@@ -102,6 +102,8 @@ class StreamProcessor:
     again, because a commit whose reply was lost may or may not have landed.
     """
 
+    IDLE_CHECK_S = 2.0
+
     def __init__(
         self,
         consumer: KafkaConsumer,
@@ -138,6 +140,7 @@ class StreamProcessor:
         # What this instance knows the store holds: every commit must start from it.
         self._stored_offsets: dict[TopicPartition, int | None] = {}
         self._healthy = False
+        self._last_contact = time.monotonic()
         self._rebalances: queue.SimpleQueue[tuple[str, list[TopicPartition]]] = queue.SimpleQueue()
 
     # -- lifecycle ---------------------------------------------------------
@@ -150,6 +153,7 @@ class StreamProcessor:
         return self._healthy and not self._unclaimed
 
     def run(self) -> None:
+        self._await_topics()
         self.consumer.subscribe(list(self.topics), listener=_Rebalance(self._rebalances))
         logger.info("consuming %s", ", ".join(self.topics))
         try:
@@ -165,12 +169,30 @@ class StreamProcessor:
             self.consumer.close(autocommit=False)
             logger.info("stopped")
 
+    def _await_topics(self) -> None:
+        """Wait until the broker knows every topic's partitions. Joining the group before that
+        gives an empty assignment and a second rebalance at once, a race that kafka-python
+        3.0 can lose (a member then waits for an assignment that never comes)."""
+        missing = list(self.topics)
+        while missing and not self._shutdown.is_set():
+            missing = [t for t in missing if not self.consumer.partitions_for_topic(t)]
+            if missing:
+                delay = self.backoff.next_delay()
+                logger.warning("topic(s) %s not found yet; retrying in %.1fs", ", ".join(missing), delay)
+                self._shutdown.wait(delay)
+        self.backoff.reset()
+
     def _cycle(self) -> None:
         polled = self.consumer.poll(timeout_ms=self.linger_ms, max_records=self.batch_size)
         self._apply_rebalances()
         batch = {tp: records for tp, records in polled.items() if tp in self._owned}
         if batch:
             self._process(batch)
+            self._last_contact = time.monotonic()
+        elif time.monotonic() - self._last_contact > self.IDLE_CHECK_S:
+            # Idle: nothing would notice a Redis outage, yet /readyz must tell it.
+            self.store.check()
+            self._last_contact = time.monotonic()
         self._claim_pending()
         self._report_lag()
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import orjson
 import redis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 
 from stream_ndcg.engine import AggregateKey, QueryState
 from stream_ndcg.errors import FencedError, StoreUnavailable
@@ -323,11 +323,9 @@ class RedisStore:
             self._admitted[(label, value)] = cached
         return cached
 
-    def ping(self) -> bool:
-        try:
-            return bool(self.client.ping())
-        except (RedisError, ResponseError):
-            return False
+    def check(self) -> None:
+        with self._round_trip("ping"):
+            self.client.ping()
 
 
 def _text(value: Any) -> str:

@@ -51,6 +51,14 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
         max_partition_fetch_bytes=max(1_048_576, settings.max_message_bytes),
         client_id=f"stream-ndcg-{settings.group_id}",
         reconnect_backoff_max_ms=10_000,
+        # The loop polls at least every few seconds, even while it backs off from a Redis
+        # outage, so a member that stops polling for a minute is stuck, and a rebalance
+        # should not wait five minutes (the default) for it.
+        max_poll_interval_ms=60_000,
+        session_timeout_ms=10_000,
+        heartbeat_interval_ms=3_000,
+        # New partitions of the subscribed topics are noticed within half a minute.
+        metadata_max_age_ms=30_000,
     )
     processor = StreamProcessor(
         consumer, store, engine, exporter,

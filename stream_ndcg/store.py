@@ -85,6 +85,10 @@ class StateStore(Protocol):
         """Whether `value` may be a value of segment label `label`: one of the first `cap` seen."""
         ...
 
+    def check(self) -> None:
+        """Raise StoreUnavailable if the store cannot be reached."""
+        ...
+
 
 @dataclass
 class _Partition:
@@ -183,3 +187,6 @@ class MemoryStore:
 
     def ranked_lists(self, partition: str, query_id: str) -> dict[tuple[int, str, tuple[str, ...]], int]:
         return dict(self._partition(partition).lists.get(query_id, {}))
+
+    def check(self) -> None:
+        """Always reachable."""

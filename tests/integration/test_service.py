@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from stream_ndcg.devenv import KafkaBroker, RedisServer
 from stream_ndcg.metric import Measure
 from stream_ndcg.replay import Replay
+from stream_ndcg.service import produce
 from stream_ndcg.simulator import SimulationSpec, Simulator
 from tests.integration.conftest import (
     Service,
@@ -165,12 +167,16 @@ def test_redis_restarted_mid_stream_recovers_by_itself(
     service = Service(env, tmp_path)
     services.append(service)
     service.start()
-    send(kafka.bootstrap, topic, messages)
-    time.sleep(1.5)
-    redis_server.stop()
+    # Paced over ~8 s, so that Redis goes away mid-stream.
+    sender = threading.Thread(target=produce, args=(kafka.bootstrap, topic, messages),
+                              kwargs={"paced": True, "rate": 2_500.0})
+    sender.start()
     time.sleep(2)
+    redis_server.stop()
+    time.sleep(3)
     assert not service.ready()
     redis_server.launch()
+    sender.join()
     samples = wait_for_messages(service, len(messages), timeout=300)
     assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) > 0
     assert service.ready()

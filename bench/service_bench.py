@@ -1,0 +1,334 @@
+"""The service against a real local Kafka and Redis, each figure next to a baseline of the same run.
+
+    python bench/service_bench.py [--events 500000] [--quick]
+
+1. throughput: `stream-ndcg run` catching up a topic from offset 0 to zero lag, next to a bare
+   kafka-python consumer reading and JSON-decoding the same topic with the same settings;
+2. latency: judgment-to-metric p50/p99 (produce time to the change visible in /metrics) under a
+   paced load of half the measured throughput;
+3. flatness: time per judgment for a query with 10 impressions vs one with 100,000;
+4. memory: Redis bytes per impression held, and the service's peak RSS with N/10 vs N impressions.
+
+Prints one JSON line last and rewrites the service section of bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.request import urlopen
+
+import redis
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka.admin import NewTopic
+
+from bench.replay_bench import write_section
+from stream_ndcg.devenv import KafkaBroker, RedisServer, free_port
+from stream_ndcg.engine import Engine
+from stream_ndcg.events import parse_event
+from stream_ndcg.metric import Measure
+from stream_ndcg.redis_store import RedisStore
+from stream_ndcg.service import produce
+from stream_ndcg.simulator import SimulationSpec, Simulator
+from stream_ndcg.store import Commit
+
+BATCH = 500
+PARTITIONS = 4
+
+
+def create_topic(bootstrap: str, name: str) -> str:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(name, PARTITIONS, 1)])
+    admin.close()
+    return name
+
+
+def workload(events: int, seed: int, judged_share: float = 1 / 3, start_ms: int | None = None,
+             rate: float = 2_000.0) -> list[tuple[bytes, bytes]]:
+    """Zipf queries, 10-result lists, two variants, late judgments for about a third of the shown documents."""
+    spec = SimulationSpec(events=events, seed=seed, queries=20_000, list_length=10, judged_share=judged_share,
+                          rate=rate, max_delay_ms=1_800_000,
+                          start_ms=start_ms if start_ms is not None else SimulationSpec.start_ms)
+    return list(Simulator(spec).messages())
+
+
+def bare_consumer_rate(bootstrap: str, topic: str, total: int) -> float:
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"bare-{topic}", enable_auto_commit=False,
+                             auto_offset_reset="earliest", max_poll_records=BATCH)
+    seen, first = 0, 0.0
+    try:
+        while seen < total:
+            for records in consumer.poll(timeout_ms=100, max_records=BATCH).values():
+                if not first:
+                    first = time.perf_counter()
+                for record in records:
+                    json.loads(record.value)
+                seen += len(records)
+        return (seen - 0) / (time.perf_counter() - first)
+    finally:
+        consumer.close()
+
+
+class ServiceProcess:
+    def __init__(self, bootstrap: str, redis_url: str, topic: str, namespace: str, **settings: str) -> None:
+        self.port = free_port()
+        env = dict(os.environ, STREAM_NDCG_BOOTSTRAP_SERVERS=bootstrap, STREAM_NDCG_REDIS_URL=redis_url,
+                   STREAM_NDCG_TOPICS=topic, STREAM_NDCG_GROUP_ID=f"svc-{namespace}",
+                   STREAM_NDCG_NAMESPACE=namespace, STREAM_NDCG_METRICS_PORT=str(self.port),
+                   STREAM_NDCG_BATCH_SIZE=str(BATCH), STREAM_NDCG_LOG_LEVEL="WARNING",
+                   **{f"STREAM_NDCG_{k.upper()}": v for k, v in settings.items()})
+        self.process = subprocess.Popen([sys.executable, "-m", "stream_ndcg.cli", "run"], env=env)
+        self.peak_rss = 0
+
+    def sample_rss(self) -> None:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                self.peak_rss = int(line.split()[1]) * 1024
+
+    def stop(self) -> None:
+        self.sample_rss()
+        self.process.terminate()
+        self.process.wait(timeout=60)
+
+
+def counted(client: redis.Redis, namespace: str) -> int:
+    """Messages the service has taken in, as its store says."""
+    store = RedisStore(client, namespace=namespace, bucket_ms=60_000, horizon_ms=60_000, state_ttl_ms=60_000)
+    return sum(store.counts().values())
+
+
+def service_rate(bootstrap: str, redis_url: str, topic: str, total: int, namespace: str) -> tuple[float, int]:
+    client = redis.Redis.from_url(redis_url)
+    service = ServiceProcess(bootstrap, redis_url, topic, namespace, clock="event")
+    first_at, first_count = 0.0, 0
+    try:
+        while True:
+            done = counted(client, namespace)
+            now = time.perf_counter()
+            if done and not first_at:
+                first_at, first_count = now, done
+            if done >= total:
+                return (done - first_count) / (now - first_at), service.peak_rss
+            service.sample_rss()
+            time.sleep(0.05)
+    finally:
+        service.stop()
+        client.close()
+
+
+def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[str, float]:
+    topic = create_topic(bootstrap, "latency")
+    service = ServiceProcess(bootstrap, redis_url, topic, "latency", clock="wall", linger="20ms")
+    stop = threading.Event()
+    now_ms = int(time.time() * 1000)
+
+    def background() -> None:
+        spec = SimulationSpec(events=10**9, seed=5, queries=20_000, rate=rate, start_ms=now_ms,
+                              max_delay_ms=60_000)
+        messages = Simulator(spec).messages()
+        produce(bootstrap, topic, (m for m in messages if not stop.is_set()), paced=True, rate=rate)
+
+    load = threading.Thread(target=background, daemon=True)
+    load.start()
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, acks=1)
+
+    def send(event: dict[str, Any]) -> None:
+        producer.send(topic, key=b"probe", value=json.dumps(event).encode())
+        producer.flush()
+
+    labels = 'k="5",variant="probe",window="5m"'
+
+    def probe_value() -> float | None:
+        body = urlopen(f"http://127.0.0.1:{service.port}/metrics", timeout=5).read().decode()  # noqa: S310
+        for line in body.splitlines():
+            if line.startswith(f"stream_ndcg_dcg_sum{{{labels}}}"):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    try:
+        ts = int(time.time() * 1000)
+        send({"type": "impression", "impression_id": "probe-1", "query_id": "probe", "ts": ts,
+              "results": ["p1", "p2", "p3"], "segment": {"variant": "probe"}})
+        deadline = time.monotonic() + 60
+        while probe_value() is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the probe impression never showed up in /metrics")
+            time.sleep(0.05)
+        delays = []
+        for i in range(probes):
+            before = probe_value()
+            grade = 1 + i % 3
+            started = time.perf_counter()
+            send({"type": "judgment", "query_id": "probe", "doc_id": "p2", "grade": grade,
+                  "ts": int(time.time() * 1000), "event_id": f"probe-{i:06d}"})
+            while probe_value() == before:
+                if time.perf_counter() - started > 30:
+                    raise RuntimeError("a probe judgment was not visible after 30 s")
+                time.sleep(0.002)
+            delays.append(time.perf_counter() - started)
+            time.sleep(0.05)
+        delays.sort()
+        return {"p50_ms": round(1000 * delays[len(delays) // 2], 1),
+                "p99_ms": round(1000 * delays[min(len(delays) - 1, math.ceil(0.99 * len(delays)) - 1)], 1),
+                "probes": probes, "load_events_per_s": round(rate)}
+    finally:
+        stop.set()
+        producer.close()
+        service.stop()
+
+
+def flatness(redis_url: str, big: int, judgments: int) -> dict[str, float]:
+    """Time per judgment (load, apply, commit in Redis) for a 10-impression and a `big`-impression query."""
+    client = redis.Redis.from_url(redis_url)
+    measure = Measure(cutoffs=(5, 10))
+    bucket = 60_000
+    engine = Engine(measure, bucket, horizon_ms=3_600_000)
+    store = RedisStore(client, namespace="flat", bucket_ms=bucket, horizon_ms=3_600_000, state_ttl_ms=86_400_000,
+                       wall_clock=False)
+    epoch = store.claim("flat:0")
+    offset: list[int | None] = [None]
+    t0 = 1_763_683_200_000
+
+    def run(messages: list[bytes]) -> float:
+        events = [parse_event(m) for m in messages]
+        started = time.perf_counter()
+        snapshot = store.load("flat:0", {e.query_id for e in events},  # type: ignore[union-attr]
+                              {e.impression_id: engine.bucket_of(e.ts) for e in events  # type: ignore[union-attr]
+                               if hasattr(e, "impression_id")})
+        outcome = engine.apply(events, snapshot.states, snapshot.known_impressions, snapshot.clock_ms,
+                               event_clock=True)
+        next_offset = (offset[0] or 0) + len(messages)
+        store.commit([Commit("flat:0", epoch, outcome, next_offset, offset[0])])
+        offset[0] = next_offset
+        return time.perf_counter() - started
+
+    import random
+
+    rnd = random.Random(3)  # noqa: S311
+    for query, count in (("small", 10), ("big", big)):
+        batch: list[bytes] = []
+        for i in range(count):
+            docs = sorted(range(30), key=lambda d: d + rnd.gauss(0, 3))[:10]
+            batch.append(json.dumps({"type": "impression", "impression_id": f"{query}-{i}", "query_id": query,
+                                     "ts": t0 + (i * 300_000) // count, "results": [f"d{d}" for d in docs],
+                                     "segment": {"variant": "AB"[i % 2]}}).encode())
+            if len(batch) == 1000:
+                run(batch)
+                batch = []
+        if batch:
+            run(batch)
+    times: dict[str, list[float]] = {"small": [], "big": []}
+    for i in range(judgments):
+        for query in ("small", "big"):
+            event = {"type": "judgment", "query_id": query, "doc_id": f"d{i % 30}", "grade": i % 4,
+                     "ts": t0 + 300_000 + i, "event_id": f"j{i:06d}"}
+            times[query].append(run([json.dumps(event).encode()]))
+    client.close()
+    small, large = statistics.median(times["small"]), statistics.median(times["big"])
+    return {"small_ms": round(1000 * small, 3), "big_ms": round(1000 * large, 3), "ratio": round(large / small, 2),
+            "big_impressions": big, "judgments": judgments}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=500_000)
+    parser.add_argument("--memory-impressions", type=int, default=1_000_000)
+    parser.add_argument("--flat-impressions", type=int, default=100_000)
+    parser.add_argument("--probes", type=int, default=200)
+    parser.add_argument("--quick", action="store_true", help="small sizes, to check that the bench runs")
+    parser.add_argument("--results", type=Path, default=Path(__file__).with_name("RESULTS.md"))
+    args = parser.parse_args()
+    if args.quick:
+        args.events, args.memory_impressions, args.flat_impressions, args.probes = 20_000, 20_000, 5_000, 20
+    result: dict[str, Any] = {"bench": "service"}
+    with tempfile.TemporaryDirectory(prefix="stream-ndcg-bench-") as root, \
+            KafkaBroker.start(Path(root, "kafka")) as kafka, RedisServer.start(Path(root, "redis")) as server:
+        client = redis.Redis.from_url(server.url)
+        topic = create_topic(kafka.bootstrap, "throughput")
+        messages = workload(args.events, seed=1)
+        produce(kafka.bootstrap, topic, messages)
+        bare = bare_consumer_rate(kafka.bootstrap, topic, len(messages))
+        service, _ = service_rate(kafka.bootstrap, server.url, topic, len(messages), "throughput")
+        result["throughput"] = {"events": len(messages), "service_events_per_s": round(service),
+                                "bare_kafka_python_events_per_s": round(bare), "ratio": round(service / bare, 3)}
+        print(json.dumps(result["throughput"]), file=sys.stderr)
+
+        result["latency"] = latency(kafka.bootstrap, server.url, service / 2, args.probes)
+        print(json.dumps(result["latency"]), file=sys.stderr)
+
+        result["flatness"] = flatness(server.url, args.flat_impressions, 300 if not args.quick else 50)
+        print(json.dumps(result["flatness"]), file=sys.stderr)
+
+        memory: dict[str, Any] = {}
+        for held in (args.memory_impressions // 10, args.memory_impressions):
+            client.flushall()
+            baseline = int(client.info("memory")["used_memory"])
+            topic = create_topic(kafka.bootstrap, f"memory-{held}")
+            # Few judgments: the figure is about what impressions cost.
+            stream = [m for m in workload(int(held * 1.2), seed=7, judged_share=0.03)]
+            impressions = sum(1 for _, v in stream if b'"impression"' in v)
+            produce(kafka.bootstrap, topic, stream)
+            _, rss = service_rate(kafka.bootstrap, server.url, topic, len(stream), f"memory{held}")
+            used = int(client.info("memory")["used_memory"]) - baseline
+            memory[str(held)] = {"impressions": impressions, "redis_bytes_per_impression": round(used / impressions),
+                                 "service_peak_rss_mib": round(rss / 2**20, 1)}
+            print(json.dumps(memory[str(held)]), file=sys.stderr)
+        small, large = memory[str(args.memory_impressions // 10)], memory[str(args.memory_impressions)]
+        memory["rss_ratio"] = round(large["service_peak_rss_mib"] / small["service_peak_rss_mib"], 3)
+        result["memory"] = memory
+        client.close()
+
+    write_section(args.results, "## Service", section(result, " ".join(sys.argv[1:])))
+    print(json.dumps(result))
+    return 0
+
+
+def section(result: dict[str, Any], flags: str) -> str:
+    tp, lat, flat, mem = result["throughput"], result["latency"], result["flatness"], result["memory"]
+    held = [k for k in mem if k != "rss_ratio"]
+    rows = [
+        "## Service",
+        "",
+        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M UTC}; machine: {platform.machine()}, {os.cpu_count()} cores "
+        f"(shared, noisy), CPython {platform.python_version()}, Kafka 4.1.1 (KRaft, one node), redis-server "
+        f"{redis_version()}, all on loopback",
+        f"- command: `python bench/service_bench.py {flags}`".replace(" `", " `").rstrip() + " (via `make bench`)",
+        "",
+        "| figure | measured | baseline (same run) | ratio | target |",
+        "|---|---:|---:|---:|---|",
+        f"| throughput, {tp['events']} events from offset 0 | {tp['service_events_per_s']} events/s | "
+        f"{tp['bare_kafka_python_events_per_s']} events/s (bare kafka-python + json.loads) | {tp['ratio']} | >= 0.5 |",
+        f"| judgment-to-metric latency at {lat['load_events_per_s']} events/s | p50 {lat['p50_ms']} ms, "
+        f"p99 {lat['p99_ms']} ms ({lat['probes']} probes) | | | p99 < 250 ms |",
+        f"| time per judgment, 10 vs {flat['big_impressions']} impressions | {flat['big_ms']} ms | "
+        f"{flat['small_ms']} ms | {flat['ratio']} | < 1.5 |",
+    ]
+    for key in held:
+        rows.append(f"| memory, {mem[key]['impressions']} impressions held | {mem[key]['redis_bytes_per_impression']}"
+                    f" Redis bytes/impression; service peak RSS {mem[key]['service_peak_rss_mib']} MiB | | | "
+                    "< 200 bytes |")
+    rows += [f"| service RSS, {held[1]} vs {held[0]} impressions | | | {mem['rss_ratio']} | within 1.2 |", ""]
+    return "\n".join(rows)
+
+
+def redis_version() -> str:
+    out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, check=False).stdout
+    return next((part.split("=")[1] for part in out.split() if part.startswith("v=")), "?")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
