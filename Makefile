@@ -29,8 +29,10 @@ test-unit: venv
 chaos: venv
 	$(BIN)/pytest -m slow tests
 
+# Against a real local Kafka and Redis; several minutes. Results go to bench/RESULTS.md.
 bench: venv
-	$(BIN)/python bench/replay_bench.py
+	$(BIN)/python -m bench.replay_bench
+	$(BIN)/python -m bench.service_bench
 
 # The main job locally: Kafka, Redis, the service and live simulated traffic; Ctrl-C stops all of it.
 demo: venv

@@ -1,6 +1,6 @@
 """Replay throughput, next to pytrec_eval (trec_eval) scoring the same impressions in the same run.
 
-    python bench/replay_bench.py [--events 300000] [--results bench/RESULTS.md]
+    python -m bench.replay_bench [--events 300000] [--results bench/RESULTS.md]
 
 Prints one JSON line last; rewrites the replay section of RESULTS.md.
 """
@@ -87,7 +87,7 @@ def main() -> int:
         "pytrec_eval_seconds": round(trec_s, 3),
         "replay_time_over_pytrec_eval_time": round(replay_s / trec_s, 2),
     }
-    command = "python bench/replay_bench.py " + " ".join(sys.argv[1:])
+    command = "python -m bench.replay_bench " + " ".join(sys.argv[1:])
     section = "\n".join([
         "## Replay throughput",
         "",

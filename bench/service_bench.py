@@ -1,6 +1,6 @@
 """The service against a real local Kafka and Redis, each figure next to a baseline of the same run.
 
-    python bench/service_bench.py [--events 500000] [--quick]
+    python -m bench.service_bench [--events 500000] [--quick]
 
 1. throughput: `stream-ndcg run` catching up a topic from offset 0 to zero lag, next to a bare
    kafka-python consumer reading and JSON-decoding the same topic with the same settings;
@@ -164,7 +164,12 @@ def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[st
         send({"type": "impression", "impression_id": "probe-1", "query_id": "probe", "ts": ts,
               "results": ["p1", "p2", "p3"], "segment": {"variant": "probe"}})
         deadline = time.monotonic() + 60
-        while probe_value() is None:
+        while True:
+            try:
+                if probe_value() is not None:
+                    break
+            except OSError:
+                pass  # the service is still starting
             if time.monotonic() > deadline:
                 raise RuntimeError("the probe impression never showed up in /metrics")
             time.sleep(0.05)
@@ -306,7 +311,7 @@ def section(result: dict[str, Any], flags: str) -> str:
         f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M UTC}; machine: {platform.machine()}, {os.cpu_count()} cores "
         f"(shared, noisy), CPython {platform.python_version()}, Kafka 4.1.1 (KRaft, one node), redis-server "
         f"{redis_version()}, all on loopback",
-        f"- command: `python bench/service_bench.py {flags}`".replace(" `", " `").rstrip() + " (via `make bench`)",
+        f"- command: `{('python -m bench.service_bench ' + flags).strip()}` (via `make bench`)",
         "",
         "| figure | measured | baseline (same run) | ratio | target |",
         "|---|---:|---:|---:|---|",

@@ -18,6 +18,7 @@ fsum of its denominator.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections import Counter
@@ -34,6 +35,7 @@ AggregateKey = tuple[int, str, str]
 SegmentKeyFn = Callable[[tuple[tuple[str, str], ...]], str]
 
 
+@functools.lru_cache(maxsize=4096)
 def full_segment_key(segment: tuple[tuple[str, str], ...]) -> str:
     """Group by the whole segment map (the replay's and the tests' choice)."""
     return json.dumps(dict(segment), sort_keys=True, separators=(",", ":"))
@@ -74,7 +76,7 @@ class Group:
         return {
             "n": self.impressions,
             "c": self.credited,
-            "r": {doc: [[rank, count] for rank, count in at.items()] for doc, at in self.ranks.items()},
+            "r": self.ranks,
             "l": [[list(ranked), count] for ranked, count in self.lists.items()],
         }
 
@@ -83,7 +85,8 @@ class Group:
         return cls(
             impressions=data["n"],
             credited=data["c"],
-            ranks={doc: {rank: count for rank, count in at} for doc, at in data["r"].items()},
+            # JSON object keys are strings: the ranks come back as text.
+            ranks={doc: {int(rank): count for rank, count in at.items()} for doc, at in data["r"].items()},
             lists={tuple(ranked): count for ranked, count in data["l"]},
         )
 
@@ -95,15 +98,30 @@ class QueryState:
     # Every distinct judgment event seen per document; the winner is the greatest.
     revisions: dict[str, list[Revision]] = field(default_factory=dict)
     groups: dict[tuple[int, str], Group] = field(default_factory=dict)
+    _grades: dict[str, float] | None = field(default=None, repr=False, compare=False)
 
     def grades(self) -> dict[str, float]:
         """The current grade of each judged document (retracted ones left out)."""
-        current: dict[str, float] = {}
-        for doc, seen in self.revisions.items():
-            grade = max(seen, key=precedence)[2]
-            if grade is not None:
-                current[doc] = grade
-        return current
+        if self._grades is None:
+            current: dict[str, float] = {}
+            for doc, seen in self.revisions.items():
+                grade = max(seen, key=precedence)[2]
+                if grade is not None:
+                    current[doc] = grade
+            self._grades = current
+        return self._grades
+
+    def add_revision(self, doc: str, revision: Revision) -> tuple[float | None, float | None] | None:
+        """Record a judgment event; None if it was seen before, else the document's grade before and after."""
+        seen = self.revisions.setdefault(doc, [])
+        if revision in seen:
+            return None
+        before = max(seen, key=precedence)[2] if seen else None
+        seen.append(revision)
+        after = max(seen, key=precedence)[2]
+        if after != before:
+            self._grades = None
+        return before, after
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form; stores choose the codec."""
@@ -264,16 +282,13 @@ class Engine:
                 and event.ts < now_ms - self.judgment_max_age_ms):
             outcome.counts["rejected:too_old"] += 1
             return
-        revision = revision_of(event)
-        seen = state.revisions.setdefault(event.doc_id, [])
-        if revision in seen:
+        moved = state.add_revision(event.doc_id, revision_of(event))
+        if moved is None:
             outcome.counts["duplicate:judgment"] += 1
             return
         outcome.counts["judgment"] += 1
         todo.revisions = True
-        before = max(seen, key=precedence)[2] if seen else None
-        seen.append(revision)
-        if max(seen, key=precedence)[2] != before:
+        if moved[0] != moved[1]:
             todo.docs.add(event.doc_id)
 
     def _expire(self, state: QueryState, now_ms: int, change: QueryChange) -> None:
@@ -321,12 +336,25 @@ class Engine:
                 totals[f"scored@{k}"] = float(sum(c for s, c in per_list if s.ndcg[k] is not None))
                 totals[f"judged@{k}"] = math.fsum(s.judged_ratio[k] * c for s, c in per_list)
             return totals
-        judged = [(self.measure.gain_of(grades[doc]), at) for doc, at in group.ranks.items() if doc in grades]
-        for k in self.measure.cutoffs:
-            totals[f"dcg@{k}"] = math.fsum(
-                gain * count * discount(rank) for gain, at in judged for rank, count in at.items() if rank <= k
-            )
-            totals[f"judged@{k}"] = sum(count for _, at in judged for rank, count in at.items() if rank <= k) / k
+        # One pass over (judged document, rank): its gain-weighted discount and count
+        # go to every cut-off at or beyond the rank.
+        cutoffs = self.measure.cutoffs
+        terms: dict[int, list[float]] = {k: [] for k in cutoffs}
+        counts = dict.fromkeys(cutoffs, 0)
+        for doc, at in group.ranks.items():
+            grade = grades.get(doc)
+            if grade is None:
+                continue
+            gain = self.measure.gain_of(grade)
+            for rank, count in at.items():
+                term = gain * count * discount(rank)
+                for k in cutoffs:
+                    if rank <= k:
+                        terms[k].append(term)
+                        counts[k] += count
+        for k in cutoffs:
+            totals[f"dcg@{k}"] = math.fsum(terms[k])
+            totals[f"judged@{k}"] = counts[k] / k
         return self._normalised(totals, group.impressions, ideals)
 
     def _normalised(self, totals: dict[str, float], impressions: int, ideals: Mapping[int, float]) -> dict[str, float]:

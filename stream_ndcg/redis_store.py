@@ -223,7 +223,8 @@ class RedisStore:
                 written += ["r", orjson.dumps(state.revisions).decode()]
             for bucket, segment in query_change.dirty & state.groups.keys():
                 group = state.groups[(bucket, segment)]
-                written += [f"g|{bucket}|{segment}", orjson.dumps(group.to_dict()).decode()]
+                encoded = orjson.dumps(group.to_dict(), option=orjson.OPT_NON_STR_KEYS).decode()
+                written += [f"g|{bucket}|{segment}", encoded]
             removed = [f"g|{bucket}|{segment}" for bucket, segment in query_change.removed]
             states.append([index(self._key(partition, "q", query_id)), self.state_ttl_ms, written, removed])
         ttl = self.horizon_ms + self.bucket_ms
