@@ -80,7 +80,7 @@ _COERCE: dict[str, Callable[[Any], Any]] = {
     "topics": _csv, "k": _ints, "windows": _durations, "segment_labels": _csv,
     "bucket": parse_duration_ms, "grace": parse_duration_ms, "judgment_ttl": parse_duration_ms,
     "linger": parse_duration_ms, "batch_size": _int, "segment_cap": _int, "metrics_port": _int,
-    "max_results": _int, "max_message_bytes": _int,
+    "max_results": _int, "max_message_bytes": _int, "require_key": _bool, "max_future": parse_duration_ms,
 }
 
 
@@ -89,10 +89,19 @@ class Settings:
     """The service's whole configuration. Durations are in milliseconds."""
 
     bootstrap_servers: str = "127.0.0.1:9092"
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = ""
+    sasl_username: str = ""
+    sasl_password: str = ""
+    ssl_cafile: str = ""
+    ssl_certfile: str = ""
+    ssl_keyfile: str = ""
     topics: tuple[str, ...] = ("search-events",)
+    dead_letter_topic: str = ""
     group_id: str = "stream-ndcg"
     auto_offset_reset: str = "earliest"
     redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_ca_file: str = ""
     namespace: str = "sndcg"
     k: tuple[int, ...] = (5, 10)
     gain: str = "exponential"
@@ -110,9 +119,11 @@ class Settings:
     linger: int = 100
     max_results: int = 1000
     max_message_bytes: int = 1_048_576
+    require_key: bool = True
+    max_future: int = 86_400_000
     log_format: str = "text"
     log_level: str = "INFO"
-    secrets: frozenset[str] = field(default=frozenset({"redis_url"}), repr=False, compare=False)
+    secrets: frozenset[str] = field(default=frozenset({"redis_url", "sasl_password"}), repr=False, compare=False)
 
     def __post_init__(self) -> None:
         try:
@@ -148,6 +159,17 @@ class Settings:
             raise ConfigError("namespace may hold letters, digits, '_', '.' and '-' only")
         if urlsplit(self.redis_url).scheme not in ("redis", "rediss", "unix"):
             raise ConfigError("redis_url must be redis://, rediss:// or unix://")
+        if self.security_protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+            raise ConfigError("security_protocol must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
+        if self.security_protocol.startswith("SASL"):
+            if self.sasl_mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+                raise ConfigError("sasl_mechanism must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with SASL")
+            if not self.sasl_username or not self.sasl_password:
+                raise ConfigError("SASL needs sasl_username and sasl_password")
+        if self.max_future < 0:
+            raise ConfigError("max_future must not be negative")
+        if self.dead_letter_topic and self.dead_letter_topic in self.topics:
+            raise ConfigError("the dead-letter topic cannot be an input topic")
 
     @property
     def measure(self) -> Measure:
@@ -193,14 +215,26 @@ class Settings:
         except TypeError as exc:
             raise ConfigError(str(exc)) from None
 
+    def kafka_client_options(self) -> dict[str, Any]:
+        """Connection and security options shared by every Kafka client of the service."""
+        options: dict[str, Any] = {"bootstrap_servers": self.bootstrap_servers.split(","),
+                                   "security_protocol": self.security_protocol}
+        if self.security_protocol.startswith("SASL"):
+            options.update(sasl_mechanism=self.sasl_mechanism, sasl_plain_username=self.sasl_username,
+                           sasl_plain_password=self.sasl_password)
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            if getattr(self, name):
+                options[name] = getattr(self, name)
+        return options
+
     def masked(self) -> dict[str, Any]:
         """The effective settings for people to read, with credentials replaced by '***'."""
         shown: dict[str, Any] = {}
         for name in self.names():
             value = getattr(self, name)
             if name in self.secrets:
-                value = mask_url(value)
-            elif name in ("windows", "bucket", "grace", "judgment_ttl", "linger"):
+                value = mask_url(value) if name.endswith("_url") else ("***" if value else "")
+            elif name in ("windows", "bucket", "grace", "judgment_ttl", "linger", "max_future"):
                 value = [format_duration(v) for v in value] if isinstance(value, tuple) else format_duration(value)
             shown[name] = list(value) if isinstance(value, tuple) else value
         return shown

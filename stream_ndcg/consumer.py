@@ -16,13 +16,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from stream_ndcg.engine import Engine
-from stream_ndcg.errors import FencedError, RecoverableError
+from stream_ndcg.errors import BrokerUnavailable, FencedError, RecoverableError
 from stream_ndcg.events import Event, Impression, InvalidEvent, Judgment, Limits, parse_event
 from stream_ndcg.exporter import Exporter
 from stream_ndcg.store import Commit, StateStore
@@ -48,6 +48,29 @@ class Backoff:
 
     def reset(self) -> None:
         self.failures = 0
+
+
+class DeadLetters:
+    """Writes rejected messages, byte for byte, to a dead-letter topic with the reason in headers."""
+
+    def __init__(self, producer: KafkaProducer, topic: str) -> None:
+        self.producer = producer
+        self.topic = topic
+
+    def send(self, record: Any, reason: str) -> None:
+        headers = [
+            ("stream_ndcg.reason", reason.encode()),
+            ("stream_ndcg.topic", record.topic.encode()),
+            ("stream_ndcg.partition", str(record.partition).encode()),
+            ("stream_ndcg.offset", str(record.offset).encode()),
+        ]
+        self.producer.send(self.topic, key=record.key, value=record.value, headers=headers)
+
+    def flush(self) -> None:
+        try:
+            self.producer.flush(timeout=30)
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"dead-letter topic {self.topic} unreachable: {exc}") from exc
 
 
 class SegmentProjector:
@@ -119,6 +142,9 @@ class StreamProcessor:
         event_clock: bool = False,
         auto_offset_reset: str = "earliest",
         clock: Callable[[], float] = time.time,
+        dead_letters: DeadLetters | None = None,
+        require_key: bool = True,
+        max_future_ms: int = 86_400_000,
     ) -> None:
         self.consumer = consumer
         self.store = store
@@ -132,6 +158,9 @@ class StreamProcessor:
         self.event_clock = event_clock
         self.auto_offset_reset = auto_offset_reset
         self.clock = clock
+        self.dead_letters = dead_letters
+        self.require_key = require_key
+        self.max_future_ms = max_future_ms
         self.backoff = Backoff()
         self._shutdown = threading.Event()
         self._owned: dict[TopicPartition, int] = {}
@@ -274,11 +303,15 @@ class StreamProcessor:
         for tp, records in batch.items():
             events: list[Event | InvalidEvent] = []
             for record in records:
-                event = parse_event(record.value, self.limits)
-                if isinstance(event, Impression) and self.projector is not None:
-                    event = self.projector.project(event)
+                event = self._parse(record, now_ms)
+                if isinstance(event, InvalidEvent) and self.dead_letters is not None:
+                    self.dead_letters.send(record, event.reason)
                 events.append(event)
             parsed[tp] = events
+        if self.dead_letters is not None:
+            # Before the commit: a rejected message is in the dead-letter topic before its
+            # offset counts as consumed (at least once there; a crash may send it twice).
+            self.dead_letters.flush()
         commits = []
         judgment_times: list[int] = []
         for tp, events in parsed.items():
@@ -314,6 +347,19 @@ class StreamProcessor:
         self.exporter.batch_events.observe(sum(len(r) for r in batch.values()))
         self.exporter.batch_seconds.observe(time.perf_counter() - started)
         self._commit_kafka_offsets(asynchronous=True)
+
+    def _parse(self, record: Any, now_ms: int) -> Event | InvalidEvent:
+        """The contract, plus what only the service can check: the key and the wall clock."""
+        event = parse_event(record.value, self.limits)
+        if isinstance(event, InvalidEvent):
+            return event
+        if self.require_key and not record.key:
+            return InvalidEvent("missing_key", "messages must be keyed by query_id")
+        if event.ts > now_ms + self.max_future_ms:
+            return InvalidEvent("ts_in_future", f"ts {event.ts} is more than {self.max_future_ms} ms ahead")
+        if isinstance(event, Impression) and self.projector is not None:
+            return self.projector.project(event)
+        return event
 
     def _commit_kafka_offsets(self, asynchronous: bool = False) -> None:
         offsets = {tp: OffsetAndMetadata(offset, "", -1)

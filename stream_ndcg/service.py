@@ -6,13 +6,14 @@ import logging
 import signal
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import redis
 from kafka import KafkaConsumer, KafkaProducer
 from prometheus_client import CollectorRegistry
 
 from stream_ndcg.config import Settings
-from stream_ndcg.consumer import SegmentProjector, StreamProcessor
+from stream_ndcg.consumer import DeadLetters, SegmentProjector, StreamProcessor
 from stream_ndcg.engine import Engine
 from stream_ndcg.events import Limits
 from stream_ndcg.exporter import Exporter, WindowView
@@ -23,8 +24,9 @@ logger = logging.getLogger(__name__)
 
 def build(settings: Settings, registry: CollectorRegistry | None = None) -> tuple[StreamProcessor, Exporter]:
     registry = registry or CollectorRegistry()
+    tls = {"ssl_ca_certs": settings.redis_ca_file} if settings.redis_ca_file else {}
     client = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5,
-                                  health_check_interval=30)
+                                  health_check_interval=30, **tls)
     holder: list[Exporter] = []
     store = RedisStore(
         client,
@@ -41,8 +43,9 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
     holder.append(exporter)
     engine = Engine(settings.measure, settings.bucket, horizon_ms=settings.horizon,
                     judgment_max_age_ms=settings.judgment_ttl)
+    kafka_options = settings.kafka_client_options()
     consumer = KafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers.split(","),
+        **kafka_options,
         group_id=settings.group_id,
         enable_auto_commit=False,
         auto_offset_reset=settings.auto_offset_reset,
@@ -69,6 +72,10 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
         projector=SegmentProjector(store, settings.segment_labels, settings.segment_cap),
         event_clock=settings.clock == "event",
         auto_offset_reset=settings.auto_offset_reset,
+        dead_letters=DeadLetters(KafkaProducer(**kafka_options, acks="all", linger_ms=5), settings.dead_letter_topic)
+        if settings.dead_letter_topic else None,
+        require_key=settings.require_key,
+        max_future_ms=settings.max_future,
     )
     return processor, exporter
 
@@ -87,10 +94,10 @@ def run(settings: Settings) -> int:
     return 0
 
 
-def produce(bootstrap_servers: str, topic: str, messages: Iterable[tuple[bytes, bytes]], *,
-            paced: bool = False, rate: float = 1000.0) -> int:
+def produce(bootstrap_servers: str, topic: str, messages: Iterable[tuple[bytes | None, bytes | None]], *,
+            paced: bool = False, rate: float = 1000.0, **options: Any) -> int:
     """Send (key, value) messages to a topic; with `paced`, at `rate` per second of wall time."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap_servers.split(","), linger_ms=20, acks="all")
+    producer = KafkaProducer(bootstrap_servers=bootstrap_servers.split(","), linger_ms=20, acks="all", **options)
     started = time.monotonic()
     sent = 0
     try:
