@@ -163,7 +163,7 @@ class StreamProcessor:
         self.max_future_ms = max_future_ms
         self.backoff = Backoff()
         self._shutdown = threading.Event()
-        self._owned: dict[TopicPartition, int] = {}
+        self._owned: dict[TopicPartition, str] = {}
         self._unclaimed: set[TopicPartition] = set()
         self._next_offsets: dict[TopicPartition, int] = {}
         # What this instance knows the store holds: every commit must start from it.
@@ -290,7 +290,7 @@ class StreamProcessor:
             self._owned[tp] = epoch
             self._unclaimed.discard(tp)
             self.consumer.resume(tp)
-            logger.info("claimed %s at epoch %d, resuming at offset %s", name, epoch,
+            logger.info("claimed %s (epoch %s), resuming at offset %s", name, epoch,
                         offset if offset is not None else self.auto_offset_reset)
         self.exporter.assigned_partitions.set(len(self._owned))
 

@@ -6,7 +6,8 @@ in one slot and one script can write it atomically):
 
     ns:partitions              SET     every partition ever claimed (for scrapes)
     ns:segment:<label>         SET     the admitted values of a segment label (at most the cap)
-    {ns:P}:epoch               STRING  fencing token, INCR on every claim
+    {ns:P}:epoch               STRING  fencing token: a random one per claim, so that even a Redis
+                                       rolled back by its AOF never hands out the same token twice
     {ns:P}:meta                HASH    offset (next to consume), clock (greatest event time)
     {ns:P}:counts              HASH    event counts: impression, judgment, duplicate:*, rejected:*
     {ns:P}:q:<query_id>        HASH    the query's state, TTL max(horizon, judgment TTL):
@@ -33,6 +34,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import uuid
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
@@ -132,10 +134,11 @@ class RedisStore:
     def _key(self, partition: str, *parts: object) -> str:
         return ":".join([f"{{{self.namespace}:{partition}}}", *map(str, parts)])
 
-    def claim(self, partition: str) -> int:
+    def claim(self, partition: str) -> str:
         self._cache.pop(partition, None)
         with self._round_trip("claim"):
-            epoch = int(self.client.incr(self._key(partition, "epoch")))
+            epoch = uuid.uuid4().hex
+            self.client.set(self._key(partition, "epoch"), epoch)
             self.client.sadd(f"{self.namespace}:partitions", partition)
         return epoch
 
@@ -182,7 +185,7 @@ class RedisStore:
                 for commit in commits:
                     keys, payload = self._payload(commit)
                     expected = "" if commit.expected_offset is None else str(commit.expected_offset)
-                    self._commit_script(keys=keys, args=[str(commit.epoch), payload, expected], client=pipe)
+                    self._commit_script(keys=keys, args=[commit.epoch, payload, expected], client=pipe)
                 results = pipe.execute()
         except StoreUnavailable:
             for commit in commits:

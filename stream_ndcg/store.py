@@ -7,8 +7,9 @@ aggregate sums and the event counts. `commit` writes one batch's changes and
 its next offset in one atomic step, so a batch is applied entirely or not at
 all, and a store's offsets say exactly which events its state contains.
 
-Fencing: `claim` hands out a new epoch for a partition, and `commit` refuses
-(raises `FencedError`) a write carrying an older epoch, so an instance that
+Fencing: `claim` hands out a new epoch (a token never given before) for a
+partition, and `commit` refuses (raises `FencedError`) a write carrying any
+other, so an instance that
 lost a partition in a rebalance can no longer change it; and a write whose
 `expected_offset` is not the stored one (another writer went on, or Redis came
 back from its append-only file a second behind), so that the writer re-reads
@@ -40,7 +41,7 @@ class Commit:
     """One batch of one partition, ready to be written."""
 
     partition: str
-    epoch: int
+    epoch: str
     outcome: BatchOutcome
     next_offset: int
     expected_offset: int | None
@@ -49,7 +50,7 @@ class Commit:
 class StateStore(Protocol):
     """Where the service keeps everything; the in-memory and Redis stores meet one contract."""
 
-    def claim(self, partition: str) -> int:
+    def claim(self, partition: str) -> str:
         """Take over a partition: a new epoch, which fences every earlier holder."""
         ...
 
@@ -92,7 +93,7 @@ class StateStore(Protocol):
 
 @dataclass
 class _Partition:
-    epoch: int = 0
+    epoch: str = ""
     next_offset: int | None = None
     clock_ms: int | None = None
     states: dict[str, str] = field(default_factory=dict)
@@ -115,13 +116,15 @@ class MemoryStore:
         self._aggregates: dict[AggregateKey, float] = {}
         self._counts: Counter[str] = Counter()
         self._segment_values: dict[str, set[str]] = {}
+        self._claims = 0
 
     def _partition(self, name: str) -> _Partition:
         return self._partitions.setdefault(name, _Partition())
 
-    def claim(self, partition: str) -> int:
+    def claim(self, partition: str) -> str:
         part = self._partition(partition)
-        part.epoch += 1
+        self._claims += 1
+        part.epoch = f"claim-{self._claims}"
         return part.epoch
 
     def next_offset(self, partition: str) -> int | None:
