@@ -33,6 +33,7 @@ from urllib.request import urlopen
 import redis
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.admin import NewTopic
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.replay_bench import write_section
 from stream_ndcg.devenv import KafkaBroker, RedisServer, free_port
@@ -150,13 +151,15 @@ def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[st
         producer.send(topic, key=b"probe", value=json.dumps(event).encode())
         producer.flush()
 
-    labels = 'k="5",variant="probe",window="5m"'
+    wanted = {"k": "5", "variant": "probe", "window": "5m"}
 
     def probe_value() -> float | None:
         body = urlopen(f"http://127.0.0.1:{service.port}/metrics", timeout=5).read().decode()  # noqa: S310
-        for line in body.splitlines():
-            if line.startswith(f"stream_ndcg_dcg_sum{{{labels}}}"):
-                return float(line.rsplit(" ", 1)[1])
+        for family in text_string_to_metric_families(body):
+            if family.name == "stream_ndcg_dcg_sum":
+                for sample in family.samples:
+                    if sample.labels == wanted:
+                        return float(sample.value)
         return None
 
     try:

@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -174,14 +175,24 @@ class KafkaBroker(_Server):
     controller_port: int
     heap: str = "512m"
     process: subprocess.Popen[bytes] | None = None
+    # user -> password: adds a SASL_PLAINTEXT listener taking SCRAM-SHA-256 and PLAIN for them.
+    sasl_users: dict[str, str] | None = None
+    sasl_port: int | None = None
 
     @property
     def bootstrap(self) -> str:
         return f"{LOOPBACK}:{self.port}"
 
+    @property
+    def sasl_bootstrap(self) -> str:
+        assert self.sasl_port is not None, "started without sasl_users"
+        return f"{LOOPBACK}:{self.sasl_port}"
+
     @classmethod
-    def start(cls, workdir: Path, port: int | None = None, *, detach: bool = False) -> KafkaBroker:
-        broker = cls(Path(workdir), port or free_port(), free_port())
+    def start(cls, workdir: Path, port: int | None = None, *, detach: bool = False,
+              sasl_users: dict[str, str] | None = None) -> KafkaBroker:
+        broker = cls(Path(workdir), port or free_port(), free_port(), sasl_users=sasl_users,
+                     sasl_port=free_port() if sasl_users else None)
         broker.workdir.mkdir(parents=True, exist_ok=True)
         broker._configure()
         broker.launch(detach=detach)
@@ -189,13 +200,28 @@ class KafkaBroker(_Server):
 
     def _configure(self) -> None:
         data = self.workdir / "data"
+        listeners = f"PLAINTEXT://{LOOPBACK}:{self.port},CONTROLLER://{LOOPBACK}:{self.controller_port}"
+        advertised = f"PLAINTEXT://{LOOPBACK}:{self.port}"
+        sasl: list[str] = []
+        if self.sasl_users:
+            listeners += f",SASL_PLAINTEXT://{LOOPBACK}:{self.sasl_port}"
+            advertised += f",SASL_PLAINTEXT://{LOOPBACK}:{self.sasl_port}"
+            plain_users = " ".join(f'user_{user}="{password}"' for user, password in self.sasl_users.items())
+            sasl = [
+                "sasl.enabled.mechanisms=SCRAM-SHA-256,PLAIN",
+                "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config="
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};",
+            ]
         (self.workdir / "server.properties").write_text("\n".join([
             "process.roles=broker,controller",
             "node.id=1",
             f"controller.quorum.voters=1@{LOOPBACK}:{self.controller_port}",
-            f"listeners=PLAINTEXT://{LOOPBACK}:{self.port},CONTROLLER://{LOOPBACK}:{self.controller_port}",
-            f"advertised.listeners=PLAINTEXT://{LOOPBACK}:{self.port}",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"listeners={listeners}",
+            f"advertised.listeners={advertised}",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            *sasl,
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=PLAINTEXT",
             f"log.dirs={data}",
@@ -215,9 +241,12 @@ class KafkaBroker(_Server):
             cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
             while cluster_id.startswith("-"):
                 cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+            # SCRAM credentials of a KRaft cluster are written with the metadata at format time.
+            scram = [arg for user, password in (self.sasl_users or {}).items()
+                     for arg in ("--add-scram", f"SCRAM-SHA-256=[name={user},password={password}]")]
             subprocess.run(  # noqa: S603
                 [_java(), "-cp", kafka_classpath(), "kafka.tools.StorageTool", "format", "-t", cluster_id,
-                 "-c", str(self.workdir / "server.properties")],
+                 "-c", str(self.workdir / "server.properties"), *scram],
                 check=True, stdout=subprocess.DEVNULL,
             )
 
@@ -252,21 +281,32 @@ class KafkaBroker(_Server):
         self.launch()
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of a server certificate and the CA that signed it."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+
 @dataclass
 class RedisServer(_Server):
-    """redis-server on loopback with AOF (appendfsync everysec)."""
+    """redis-server on loopback with AOF (appendfsync everysec); TLS only, if `tls` is given."""
 
     workdir: Path
     port: int
     process: subprocess.Popen[bytes] | None = None
+    tls: TlsFiles | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://{LOOPBACK}:{self.port}/0"
+        return f"{'rediss' if self.tls else 'redis'}://{LOOPBACK}:{self.port}/0"
 
     @classmethod
-    def start(cls, workdir: Path, port: int | None = None, *, detach: bool = False) -> RedisServer:
-        server = cls(Path(workdir), port or free_port())
+    def start(cls, workdir: Path, port: int | None = None, *, detach: bool = False,
+              tls: TlsFiles | None = None) -> RedisServer:
+        server = cls(Path(workdir), port or free_port(), tls=tls)
         server.workdir.mkdir(parents=True, exist_ok=True)
         server.launch(detach=detach)
         return server
@@ -276,8 +316,13 @@ class RedisServer(_Server):
         if binary is None:
             raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
         log = self.workdir / "redis.log"
+        listen = ["--port", str(self.port)]
+        if self.tls:
+            listen = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(self.tls.cert),
+                      "--tls-key-file", str(self.tls.key), "--tls-ca-cert-file", str(self.tls.ca),
+                      "--tls-auth-clients", "no"]
         self.process = subprocess.Popen(  # noqa: S603
-            [binary, "--bind", LOOPBACK, "--port", str(self.port), "--dir", str(self.workdir),
+            [binary, "--bind", LOOPBACK, *listen, "--dir", str(self.workdir),
              "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
              "--logfile", str(log), "--protected-mode", "yes"],
             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=detach,
@@ -286,9 +331,13 @@ class RedisServer(_Server):
 
     def _ready(self) -> bool:
         try:
-            with socket.create_connection((LOOPBACK, self.port), timeout=1) as sock:
+            with socket.create_connection((LOOPBACK, self.port), timeout=1) as raw:
+                sock = raw
+                if self.tls:
+                    context = ssl.create_default_context(cafile=str(self.tls.ca))
+                    sock = context.wrap_socket(raw, server_hostname=LOOPBACK)
                 sock.sendall(b"PING\r\n")
-                return sock.recv(64).startswith(b"+PONG")
+                return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
         except OSError:
             return False
 

@@ -1,0 +1,152 @@
+"""Security against real servers: Kafka SASL (SCRAM and PLAIN), Redis ACL and TLS, no secret in any output."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from stream_ndcg.devenv import KafkaBroker, RedisServer, TlsFiles
+from stream_ndcg.service import produce
+from stream_ndcg.simulator import SimulationSpec, Simulator
+from tests.integration.conftest import Service, create_topic, wait_for_messages
+
+pytestmark = [pytest.mark.kafka, pytest.mark.redis]
+
+KAFKA_PASSWORD = "kafka-Secret-4711"
+REDIS_PASSWORD = "redis-Secret-0815"
+# Everything the service runs: reads and writes of its keys, its scripts, and the connection handshake.
+SERVICE_ACL = ("on", f">{REDIS_PASSWORD}", "~*", "resetchannels", "-@all",
+               "+ping", "+hello", "+auth", "+client|setinfo", "+select", "+get", "+set", "+hget", "+hgetall",
+               "+smismember", "+smembers", "+sadd", "+sismember", "+scard", "+evalsha", "+eval", "+script|load",
+               "+zrangebyscore", "+zadd", "+zremrangebyscore", "+hset", "+hdel", "+hincrby", "+hincrbyfloat",
+               "+pexpire")
+
+
+@pytest.fixture
+def sasl_kafka(tmp_path: Path) -> Iterator[KafkaBroker]:
+    with KafkaBroker.start(tmp_path / "sasl-kafka", sasl_users={"alice": KAFKA_PASSWORD}) as broker:
+        yield broker
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> TlsFiles:
+    """A throwaway CA and a certificate for 127.0.0.1 signed by it."""
+    d = tmp_path / "tls"
+    d.mkdir()
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test-ca",
+            "-keyout", "ca.key", "-out", "ca.crt")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", "server.key",
+            "-out", "server.csr")
+    (d / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "-days", "2", "-extfile", "san.cnf", "-out", "server.crt")
+    return TlsFiles(ca=d / "ca.crt", cert=d / "server.crt", key=d / "server.key")
+
+
+def traffic() -> list[tuple[bytes, bytes]]:
+    return list(Simulator(SimulationSpec(events=2_000, seed=23, queries=50, rate=100.0)).messages())
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "PLAIN"])
+def test_kafka_sasl(sasl_kafka: KafkaBroker, redis_server: RedisServer, service_env: dict[str, str],
+                    services: list[Service], tmp_path: Path, mechanism: str) -> None:
+    topic = create_topic(sasl_kafka.bootstrap, partitions=2)
+    messages = traffic()
+    produce(sasl_kafka.sasl_bootstrap, topic, messages, security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism=mechanism, sasl_plain_username="alice", sasl_plain_password=KAFKA_PASSWORD)
+    env = dict(service_env, STREAM_NDCG_BOOTSTRAP_SERVERS=sasl_kafka.sasl_bootstrap, STREAM_NDCG_TOPICS=topic,
+               STREAM_NDCG_SECURITY_PROTOCOL="SASL_PLAINTEXT", STREAM_NDCG_SASL_MECHANISM=mechanism,
+               STREAM_NDCG_SASL_USERNAME="alice", STREAM_NDCG_SASL_PASSWORD=KAFKA_PASSWORD,
+               STREAM_NDCG_LOG_LEVEL="DEBUG")
+    service = Service(env, tmp_path)
+    services.append(service)
+    service.start()
+    wait_for_messages(service, len(messages))
+    assert service.stop() == 0
+    assert KAFKA_PASSWORD not in service.logs()
+
+
+def test_a_wrong_kafka_password_is_reported_without_the_password(
+        sasl_kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
+    topic = create_topic(sasl_kafka.bootstrap)
+    wrong = "not-the-Password-99"
+    env = dict(service_env, STREAM_NDCG_BOOTSTRAP_SERVERS=sasl_kafka.sasl_bootstrap, STREAM_NDCG_TOPICS=topic,
+               STREAM_NDCG_SECURITY_PROTOCOL="SASL_PLAINTEXT", STREAM_NDCG_SASL_MECHANISM="SCRAM-SHA-256",
+               STREAM_NDCG_SASL_USERNAME="alice", STREAM_NDCG_SASL_PASSWORD=wrong, STREAM_NDCG_LOG_LEVEL="DEBUG")
+    service = Service(env, tmp_path)
+    services.append(service)
+    service.start()
+    time.sleep(6)
+    assert service.process is not None and service.process.poll() is None, "a transient fault must not end it"
+    assert not service.ready()
+    service.stop()
+    logs = service.logs()
+    assert wrong not in logs
+
+
+def test_redis_acl_user_over_tls(kafka: KafkaBroker, tls_files: TlsFiles, service_env: dict[str, str],
+                                 services: list[Service], tmp_path: Path) -> None:
+    with RedisServer.start(tmp_path / "tls-redis", tls=tls_files) as server:
+        admin = redis.Redis.from_url(server.url, ssl_ca_certs=str(tls_files.ca))
+        admin.acl_setuser("sndcg", reset=True)
+        admin.execute_command("ACL", "SETUSER", "sndcg", *SERVICE_ACL)  # type: ignore[no-untyped-call]
+        admin.close()
+        topic = create_topic(kafka.bootstrap, partitions=2)
+        messages = traffic()
+        produce(kafka.bootstrap, topic, messages)
+        url = f"rediss://sndcg:{REDIS_PASSWORD}@127.0.0.1:{server.port}/0"
+        env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_REDIS_URL=url,
+                   STREAM_NDCG_REDIS_CA_FILE=str(tls_files.ca), STREAM_NDCG_LOG_LEVEL="DEBUG")
+        service = Service(env, tmp_path)
+        services.append(service)
+        service.start()
+        samples = wait_for_messages(service, len(messages))
+        assert ("stream_ndcg_scrape_errors_total", ()) not in samples or \
+            samples[("stream_ndcg_scrape_errors_total", ())] == 0
+        assert service.stop() == 0
+        assert REDIS_PASSWORD not in service.logs()
+        # The ACL really is narrow: a command the service never needs is refused.
+        limited = redis.Redis.from_url(url, ssl_ca_certs=str(tls_files.ca))
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            limited.flushall()
+        limited.close()
+
+
+def test_wrong_redis_password_and_check_config_never_show_secrets(
+        kafka: KafkaBroker, redis_server: RedisServer, service_env: dict[str, str], services: list[Service],
+        tmp_path: Path) -> None:
+    admin = redis.Redis.from_url(redis_server.url)
+    admin.execute_command("ACL", "SETUSER", "locked", *SERVICE_ACL)  # type: ignore[no-untyped-call]
+    admin.close()
+    wrong = "wrong-Redis-Password-42"
+    url = f"redis://locked:{wrong}@127.0.0.1:{redis_server.port}/0"
+    env = dict(service_env, STREAM_NDCG_TOPICS=create_topic(kafka.bootstrap), STREAM_NDCG_REDIS_URL=url,
+               STREAM_NDCG_SASL_PASSWORD=KAFKA_PASSWORD, STREAM_NDCG_LOG_LEVEL="DEBUG")
+    service = Service(env, tmp_path)
+    services.append(service)
+    service.start()
+    time.sleep(4)
+    assert service.process is not None and service.process.poll() is None
+    assert not service.ready()
+    body = "".join(f"{k} {v}" for k, v in service.scrape().items())
+    service.stop()
+    logs = service.logs()
+    assert "WRONGPASS" in logs or "invalid username-password" in logs or "AuthenticationError" in logs, logs[-2000:]
+    for secret in (wrong, KAFKA_PASSWORD):
+        assert secret not in logs
+        assert secret not in body
+    shown = subprocess.run([sys.executable, "-m", "stream_ndcg.cli", "check-config"],
+                           env={**env, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True)
+    assert wrong not in shown.stdout + shown.stderr
+    assert KAFKA_PASSWORD not in shown.stdout + shown.stderr
+    assert "locked:***@" in shown.stdout
