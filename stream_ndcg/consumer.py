@@ -53,9 +53,20 @@ class Backoff:
 class DeadLetters:
     """Writes rejected messages, byte for byte, to a dead-letter topic with the reason in headers."""
 
-    def __init__(self, producer: KafkaProducer, topic: str) -> None:
-        self.producer = producer
+    def __init__(self, connect: Callable[[], KafkaProducer], topic: str) -> None:
+        self._connect = connect
+        self._producer: KafkaProducer | None = None
         self.topic = topic
+
+    @property
+    def producer(self) -> KafkaProducer:
+        # Created on first use, inside the loop's backoff: the brokers may be down at start.
+        if self._producer is None:
+            try:
+                self._producer = self._connect()
+            except KafkaError as exc:
+                raise BrokerUnavailable(f"dead-letter producer cannot connect: {type(exc).__name__}") from exc
+        return self._producer
 
     def send(self, record: Any, reason: str) -> None:
         headers = [
@@ -64,7 +75,10 @@ class DeadLetters:
             ("stream_ndcg.partition", str(record.partition).encode()),
             ("stream_ndcg.offset", str(record.offset).encode()),
         ]
-        self.producer.send(self.topic, key=record.key, value=record.value, headers=headers)
+        try:
+            self.producer.send(self.topic, key=record.key, value=record.value, headers=headers)
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"dead-letter topic {self.topic} unreachable: {exc}") from exc
 
     def flush(self) -> None:
         try:
@@ -126,10 +140,11 @@ class StreamProcessor:
     """
 
     IDLE_CHECK_S = 2.0
+    consumer: KafkaConsumer
 
     def __init__(
         self,
-        consumer: KafkaConsumer,
+        connect: Callable[[], KafkaConsumer],
         store: StateStore,
         engine: Engine,
         exporter: Exporter,
@@ -146,7 +161,7 @@ class StreamProcessor:
         require_key: bool = True,
         max_future_ms: int = 86_400_000,
     ) -> None:
-        self.consumer = consumer
+        self._connect = connect
         self.store = store
         self.engine = engine
         self.exporter = exporter
@@ -182,10 +197,12 @@ class StreamProcessor:
         return self._healthy and not self._unclaimed
 
     def run(self) -> None:
-        self._await_topics()
-        self.consumer.subscribe(list(self.topics), listener=_Rebalance(self._rebalances))
-        logger.info("consuming %s", ", ".join(self.topics))
+        if not self._connect_consumer():
+            return
         try:
+            self._await_topics()
+            self.consumer.subscribe(list(self.topics), listener=_Rebalance(self._rebalances))
+            logger.info("consuming %s", ", ".join(self.topics))
             while not self._shutdown.is_set():
                 try:
                     self._cycle()
@@ -198,13 +215,31 @@ class StreamProcessor:
             self.consumer.close(autocommit=False)
             logger.info("stopped")
 
+    def _connect_consumer(self) -> bool:
+        """Create the Kafka consumer, retrying while the brokers cannot be reached; False on shutdown."""
+        while not self._shutdown.is_set():
+            try:
+                self.consumer = self._connect()
+                self.backoff.reset()
+                return True
+            except KafkaError as exc:
+                self.exporter.backoffs.labels(cause="BrokerUnavailable").inc()
+                delay = self.backoff.next_delay()
+                logger.warning("Kafka unreachable (%s); retrying in %.1fs", type(exc).__name__, delay)
+                self._shutdown.wait(delay)
+        logger.info("stopped before connecting to Kafka")
+        return False
+
     def _await_topics(self) -> None:
         """Wait until the broker knows every topic's partitions. Joining the group before that
         gives an empty assignment and a second rebalance at once, a race that kafka-python
         3.0 can lose (a member then waits for an assignment that never comes)."""
         missing = list(self.topics)
         while missing and not self._shutdown.is_set():
-            missing = [t for t in missing if not self.consumer.partitions_for_topic(t)]
+            try:
+                missing = [t for t in missing if not self.consumer.partitions_for_topic(t)]
+            except KafkaError as exc:
+                logger.warning("topic metadata unavailable: %s", type(exc).__name__)
             if missing:
                 delay = self.backoff.next_delay()
                 logger.warning("topic(s) %s not found yet; retrying in %.1fs", ", ".join(missing), delay)
@@ -212,7 +247,10 @@ class StreamProcessor:
         self.backoff.reset()
 
     def _cycle(self) -> None:
-        polled = self.consumer.poll(timeout_ms=self.linger_ms, max_records=self.batch_size)
+        try:
+            polled = self.consumer.poll(timeout_ms=self.linger_ms, max_records=self.batch_size)
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"Kafka poll failed: {type(exc).__name__}: {exc}") from exc
         self._apply_rebalances()
         batch = {tp: records for tp, records in polled.items() if tp in self._owned}
         if batch:

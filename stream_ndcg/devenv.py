@@ -185,7 +185,8 @@ class KafkaBroker(_Server):
 
     @property
     def sasl_bootstrap(self) -> str:
-        assert self.sasl_port is not None, "started without sasl_users"
+        if self.sasl_port is None:
+            raise RuntimeError("this broker was started without sasl_users")
         return f"{LOOPBACK}:{self.sasl_port}"
 
     @classmethod
@@ -332,12 +333,13 @@ class RedisServer(_Server):
     def _ready(self) -> bool:
         try:
             with socket.create_connection((LOOPBACK, self.port), timeout=1) as raw:
-                sock = raw
-                if self.tls:
-                    context = ssl.create_default_context(cafile=str(self.tls.ca))
-                    sock = context.wrap_socket(raw, server_hostname=LOOPBACK)
-                sock.sendall(b"PING\r\n")
-                return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
+                if not self.tls:
+                    raw.sendall(b"PING\r\n")
+                    return raw.recv(64).startswith((b"+PONG", b"-NOAUTH"))
+                context = ssl.create_default_context(cafile=str(self.tls.ca))
+                with context.wrap_socket(raw, server_hostname=LOOPBACK) as sock:
+                    sock.sendall(b"PING\r\n")
+                    return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
         except OSError:
             return False
 

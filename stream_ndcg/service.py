@@ -44,7 +44,7 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
     engine = Engine(settings.measure, settings.bucket, horizon_ms=settings.horizon,
                     judgment_max_age_ms=settings.judgment_ttl)
     kafka_options = settings.kafka_client_options()
-    consumer = KafkaConsumer(
+    consumer_options = dict(
         **kafka_options,
         group_id=settings.group_id,
         enable_auto_commit=False,
@@ -64,7 +64,7 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
         metadata_max_age_ms=30_000,
     )
     processor = StreamProcessor(
-        consumer, store, engine, exporter,
+        lambda: KafkaConsumer(**consumer_options), store, engine, exporter,
         topics=settings.topics,
         batch_size=settings.batch_size,
         linger_ms=settings.linger,
@@ -72,8 +72,8 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
         projector=SegmentProjector(store, settings.segment_labels, settings.segment_cap),
         event_clock=settings.clock == "event",
         auto_offset_reset=settings.auto_offset_reset,
-        dead_letters=DeadLetters(KafkaProducer(**kafka_options, acks="all", linger_ms=5), settings.dead_letter_topic)
-        if settings.dead_letter_topic else None,
+        dead_letters=DeadLetters(lambda: KafkaProducer(**kafka_options, acks="all", linger_ms=5),
+                                 settings.dead_letter_topic) if settings.dead_letter_topic else None,
         require_key=settings.require_key,
         max_future_ms=settings.max_future,
     )

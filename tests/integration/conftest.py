@@ -98,7 +98,7 @@ class Service:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise AssertionError(f"service exited with {self.process.returncode}: {self.logs()}")
+                raise AssertionError(f"service exited with {self.process.returncode}: {self.logs()[-5000:]}")
             try:
                 urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1).read()  # noqa: S310
                 return
@@ -107,7 +107,8 @@ class Service:
         raise AssertionError("service did not serve /healthz in 30s")
 
     def logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(self.workdir.glob("service-*.log")))
+        """Everything every run of this service logged."""
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.workdir.glob(f"service-{self.port}-*.log")))
 
     def kill(self) -> None:
         assert self.process is not None
@@ -161,7 +162,7 @@ def wait_for_messages(service: Service, expected: int, timeout: float = 180) -> 
         if seen == expected:
             return samples
         time.sleep(0.3)
-    raise AssertionError(f"{seen} of {expected} messages taken in after {timeout}s\n{service.logs()}")
+    raise AssertionError(f"{seen} of {expected} messages taken in after {timeout}s\n{service.logs()[-5000:]}")
 
 
 @pytest.fixture
