@@ -93,6 +93,17 @@ class ServiceProcess:
         self.process = subprocess.Popen([sys.executable, "-m", "stream_ndcg.cli", "run"], env=env)
         self.peak_rss = 0
 
+    def await_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2).status == 200:  # noqa: S310
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"the service was not ready after {timeout:.0f} s")
+
     def sample_rss(self) -> None:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -132,6 +143,7 @@ def service_rate(bootstrap: str, redis_url: str, topic: str, total: int, namespa
 def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[str, float]:
     topic = create_topic(bootstrap, "latency")
     service = ServiceProcess(bootstrap, redis_url, topic, "latency", clock="wall", linger="20ms")
+    service.await_ready()
     stop = threading.Event()
     now_ms = int(time.time() * 1000)
 
@@ -166,7 +178,7 @@ def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[st
         ts = int(time.time() * 1000)
         send({"type": "impression", "impression_id": "probe-1", "query_id": "probe", "ts": ts,
               "results": ["p1", "p2", "p3"], "segment": {"variant": "probe"}})
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while True:
             try:
                 if probe_value() is not None:
@@ -174,7 +186,9 @@ def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[st
             except OSError:
                 pass  # the service is still starting
             if time.monotonic() > deadline:
-                raise RuntimeError("the probe impression never showed up in /metrics")
+                body = urlopen(f"http://127.0.0.1:{service.port}/metrics", timeout=5).read().decode()  # noqa: S310
+                lag = [line for line in body.splitlines() if line.startswith("stream_ndcg_consumer_lag")]
+                raise RuntimeError(f"the probe impression never showed up in /metrics; lag: {lag}")
             time.sleep(0.05)
         delays = []
         for i in range(probes):

@@ -18,7 +18,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, MessageSizeTooLargeError
 from kafka.structs import OffsetAndMetadata
 
 from stream_ndcg.engine import Engine
@@ -51,12 +51,19 @@ class Backoff:
 
 
 class DeadLetters:
-    """Writes rejected messages, byte for byte, to a dead-letter topic with the reason in headers."""
+    """Writes rejected messages, byte for byte, to a dead-letter topic with the reason in headers.
 
-    def __init__(self, connect: Callable[[], KafkaProducer], topic: str) -> None:
+    A tombstone without a key goes out as an empty value with ``stream_ndcg.null_value: 1`` (Kafka
+    takes no record with neither); one too large for the producer is dropped, logged and counted.
+    """
+
+    def __init__(self, connect: Callable[[], KafkaProducer], topic: str,
+                 on_dropped: Callable[[], None] = lambda: None) -> None:
         self._connect = connect
         self._producer: KafkaProducer | None = None
+        self._pending: list[Any] = []
         self.topic = topic
+        self.on_dropped = on_dropped
 
     @property
     def producer(self) -> KafkaProducer:
@@ -75,16 +82,29 @@ class DeadLetters:
             ("stream_ndcg.partition", str(record.partition).encode()),
             ("stream_ndcg.offset", str(record.offset).encode()),
         ]
+        value = record.value
+        if record.key is None and value is None:
+            value = b""
+            headers.append(("stream_ndcg.null_value", b"1"))
         try:
-            self.producer.send(self.topic, key=record.key, value=record.value, headers=headers)
+            self._pending.append(self.producer.send(self.topic, key=record.key, value=value, headers=headers))
+        except MessageSizeTooLargeError:
+            self.on_dropped()
+            logger.warning("dead letter from %s:%s@%s too large for the producer; dropped",
+                           record.topic, record.partition, record.offset)
         except KafkaError as exc:
             raise BrokerUnavailable(f"dead-letter topic {self.topic} unreachable: {exc}") from exc
 
     def flush(self) -> None:
+        """Wait until every dead letter of the batch is acknowledged; BrokerUnavailable if one is not."""
+        pending, self._pending = self._pending, []
         try:
             self.producer.flush(timeout=30)
         except KafkaError as exc:
             raise BrokerUnavailable(f"dead-letter topic {self.topic} unreachable: {exc}") from exc
+        failed = [future for future in pending if not future.succeeded()]
+        if failed:
+            raise BrokerUnavailable(f"{len(failed)} dead letter(s) not acknowledged by {self.topic}")
 
 
 class SegmentProjector:

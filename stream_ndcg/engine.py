@@ -213,9 +213,10 @@ class Engine:
         """Apply events in order. `states` must hold every query the events name
         (a missing one starts empty); `known_impressions` the impression ids
         already applied. `now_ms` drives expiry and too-old rejections (None:
-        neither); with `event_clock` it advances to each event's time, so the
-        outcome depends on the order of the events, never on batch boundaries.
-        The clock reached is `outcome.clock_ms`."""
+        neither); with `event_clock` it advances to each event's time, so which
+        events count depends on their order, never on batch boundaries (only
+        when groups behind every window are dropped does). The clock reached is
+        `outcome.clock_ms`."""
         outcome = BatchOutcome(clock_ms=now_ms)
         for event in events:
             if isinstance(event, InvalidEvent):

@@ -149,6 +149,9 @@ def _parse(raw: bytes | str | None, limits: Limits) -> Event:
         raise _Invalid("not_json", str(exc)) from None
     if not isinstance(obj, dict):
         raise _Invalid("not_object", f"JSON {type(obj).__name__}, not an object")
+    if ("\\ud" in text or "\\uD" in text) and _has_lone_surrogate(obj):
+        # "\ud800" is valid JSON but no UTF-8 string: nothing downstream could store it.
+        raise _Invalid("invalid_string", "a string holds an unpaired UTF-16 surrogate escape")
     kind = obj.get("type")
     if kind is None:
         raise _Invalid("missing_type", "no 'type' field")
@@ -157,6 +160,20 @@ def _parse(raw: bytes | str | None, limits: Limits) -> Event:
     if kind == "judgment":
         return _judgment(obj, limits)
     raise _Invalid("unknown_type", f"type {str(kind)[:64]!r} is neither impression nor judgment")
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(item) for item in value)
+    return False
 
 
 def _identifier(obj: dict[str, Any], name: str, limits: Limits, *, optional: bool = False) -> Any:

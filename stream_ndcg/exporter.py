@@ -166,6 +166,9 @@ class Exporter:
                                 ["cause"], registry=registry)
         self.fenced = Counter(f"{PREFIX}_fenced_batches", "Batches refused because another instance took a partition.",
                               registry=registry)
+        self.dead_letters_dropped = Counter(f"{PREFIX}_dead_letters_dropped",
+                                            "Rejected messages too large for the dead-letter producer.",
+                                            registry=registry)
         self.scrape_errors = Counter(f"{PREFIX}_scrape_errors", "Scrapes that could not read the shared state.",
                                      registry=registry)
         self.ready = Gauge(f"{PREFIX}_ready", "1 while the service consumes and commits normally.", registry=registry)

@@ -8,12 +8,14 @@ in one slot and one script can write it atomically):
     ns:segment:<label>         SET     the admitted values of a segment label (at most the cap)
     {ns:P}:epoch               STRING  fencing token: a random one per claim, so that even a Redis
                                        rolled back by its AOF never hands out the same token twice
-    {ns:P}:meta                HASH    offset (next to consume), clock (greatest event time)
+    {ns:P}:meta                HASH    offset (next to consume), clock (the engine's clock at the last
+                                       commit: greatest event time, or wall time with --clock wall)
     {ns:P}:counts              HASH    event counts: impression, judgment, duplicate:*, rejected:*
     {ns:P}:q:<query_id>        HASH    the query's state, TTL max(horizon, judgment TTL):
                                        r -> judgment revisions (JSON), g|<bucket>|<segment> -> group (JSON)
     {ns:P}:lists:<query_id>:<bucket>  HASH  JSON [segment, list] -> impressions showing it, TTL horizon
-    {ns:P}:imp:<bucket>        SET     impression ids applied in that time bucket, TTL horizon
+    {ns:P}:imp                 ZSET    impression ids applied, scored by their time bucket; pruned
+                                       behind the horizon
     {ns:P}:agg:<bucket>        HASH    "<segment>|<field>" -> sum, TTL horizon
     {ns:P}:aggidx              ZSET    the buckets that have an agg hash
 
@@ -63,10 +65,10 @@ for _, s in ipairs(p.lists) do
   for _, f in ipairs(s[3]) do redis.call('HINCRBY', KEYS[s[1]], f[1], f[2]) end
   redis.call('PEXPIRE', KEYS[s[1]], s[2])
 end
-for _, s in ipairs(p.impressions) do
-  for i = 1, #s[3], 500 do redis.call('SADD', KEYS[s[1]], unpack(s[3], i, math.min(i + 499, #s[3]))) end
-  redis.call('PEXPIRE', KEYS[s[1]], s[2])
+for i = 1, #p.impressions, 500 do
+  redis.call('ZADD', KEYS[5], unpack(p.impressions, i, math.min(i + 499, #p.impressions)))
 end
+if #p.impressions > 0 then redis.call('PEXPIRE', KEYS[5], p.imp_ttl) end
 for _, a in ipairs(p.aggs) do
   for _, f in ipairs(a[4]) do redis.call('HINCRBYFLOAT', KEYS[a[1]], f[1], f[2]) end
   redis.call('PEXPIRE', KEYS[a[1]], a[2])
@@ -78,7 +80,10 @@ if p.clock ~= cjson.null then
   local old = redis.call('HGET', KEYS[2], 'clock')
   if not old or tonumber(old) < tonumber(p.clock) then redis.call('HSET', KEYS[2], 'clock', p.clock) end
 end
-if p.prune ~= cjson.null then redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. p.prune) end
+if p.prune ~= cjson.null then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. p.prune)
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. p.prune)
+end
 return 1
 """
 
@@ -90,7 +95,8 @@ return 0
 
 
 class RedisStore:
-    """The `StateStore` on Redis (a single server, or a cluster: keys carry per-partition hash tags).
+    """The `StateStore` on Redis. Keys carry per-partition hash tags and each script touches one
+    partition's keys, ready for Redis Cluster, but only a single server is supported and tested.
 
         store = RedisStore(redis.Redis.from_url(url), namespace="sndcg",
                            bucket_ms=60_000, horizon_ms=87_000_000, state_ttl_ms=2_592_000_000)
@@ -111,7 +117,9 @@ class RedisStore:
         self.client = client
         self.namespace = namespace
         self.cache_queries = cache_queries
-        self._cache: dict[str, OrderedDict[str, QueryState]] = {}
+        # partition -> query -> (state, monotonic deadline): an entry is trusted only while
+        # Redis surely still holds the state it mirrors (its key's TTL runs from our write).
+        self._cache: dict[str, OrderedDict[str, tuple[QueryState, float]]] = {}
         self.bucket_ms = bucket_ms
         self.horizon_ms = horizon_ms
         self.state_ttl_ms = max(state_ttl_ms, horizon_ms)
@@ -150,29 +158,29 @@ class RedisStore:
     def load(self, partition: str, query_ids: Collection[str], impressions: Mapping[str, int]) -> Snapshot:
         cache = self._cache.setdefault(partition, OrderedDict())
         states: dict[str, QueryState] = {}
+        now = time.monotonic()
         for query_id in query_ids:
             cached = cache.get(query_id)
             if cached is not None:
-                cache.move_to_end(query_id)
-                states[query_id] = cached
+                if cached[1] > now:
+                    cache.move_to_end(query_id)
+                    states[query_id] = cached[0]
+                else:
+                    del cache[query_id]
         queries = [q for q in query_ids if q not in states]
-        by_bucket: dict[int, list[str]] = {}
-        for impression_id, bucket in impressions.items():
-            by_bucket.setdefault(bucket, []).append(impression_id)
+        ids = list(impressions)
         with self._round_trip("load"):
             pipe = self.client.pipeline(transaction=False)
             for query_id in queries:
                 pipe.hgetall(self._key(partition, "q", query_id))
-            for bucket, ids in by_bucket.items():
-                pipe.smismember(self._key(partition, "imp", bucket), ids)
+            if ids:
+                pipe.zmscore(self._key(partition, "imp"), ids)
             pipe.hget(self._key(partition, "meta"), "clock")
             replies = pipe.execute()
         for query_id, fields in zip(queries, replies[: len(queries)], strict=True):
             if fields:
                 states[query_id] = _state_from_fields(fields)
-        known: set[str] = set()
-        for (_, ids), flags in zip(by_bucket.items(), replies[len(queries):-1], strict=True):
-            known.update(i for i, flag in zip(ids, flags, strict=True) if flag)
+        known = {i for i, score in zip(ids, replies[len(queries)], strict=True) if score is not None} if ids else set()
         clock = replies[-1]
         return Snapshot(states, known, int(clock) if clock is not None else None)
 
@@ -204,15 +212,16 @@ class RedisStore:
 
     def _remember(self, commit: Commit) -> None:
         cache = self._cache.setdefault(commit.partition, OrderedDict())
+        deadline = time.monotonic() + self.state_ttl_ms / 1000 * 0.9
         for query_id, state in commit.outcome.touched.items():
-            cache[query_id] = state
+            cache[query_id] = (state, deadline)
             cache.move_to_end(query_id)
         while len(cache) > self.cache_queries:
             cache.popitem(last=False)
 
     def _payload(self, commit: Commit) -> tuple[list[str], str]:
         partition, outcome = commit.partition, commit.outcome
-        keys = [self._key(partition, name) for name in ("epoch", "meta", "counts", "aggidx")]
+        keys = [self._key(partition, name) for name in ("epoch", "meta", "counts", "aggidx", "imp")]
 
         def index(key: str) -> int:
             keys.append(key)
@@ -230,28 +239,32 @@ class RedisStore:
                 written += [f"g|{bucket}|{segment}", encoded]
             removed = [f"g|{bucket}|{segment}" for bucket, segment in query_change.removed]
             states.append([index(self._key(partition, "q", query_id)), self.state_ttl_ms, written, removed])
-        ttl = self.horizon_ms + self.bucket_ms
+        clock = outcome.clock_ms
+        now = time.time() * 1000 if self.wall_clock else clock
+
+        def ttl(bucket: int) -> int:
+            # A bucket's keys live until the bucket itself is behind the horizon, not just
+            # `horizon` after their last write (an event may be stamped ahead of the clock).
+            least = self.horizon_ms + self.bucket_ms
+            return least if now is None else max(least, int((bucket + 1) * self.bucket_ms + self.horizon_ms - now))
+
         new_lists: dict[tuple[str, int], list[list[object]]] = {}
         for (query_id, bucket, segment, ranked), count in outcome.lists.items():
             new_lists.setdefault((query_id, bucket), []).append([orjson.dumps([segment, ranked]).decode(), count])
-        lists = [[index(self._key(partition, "lists", q, b)), ttl, fields] for (q, b), fields in new_lists.items()]
-        by_bucket: dict[int, list[str]] = {}
-        for impression_id, bucket in outcome.impression_buckets.items():
-            by_bucket.setdefault(bucket, []).append(impression_id)
-        impressions = [[index(self._key(partition, "imp", b)), ttl, ids] for b, ids in by_bucket.items()]
+        lists = [[index(self._key(partition, "lists", q, b)), ttl(b), fields] for (q, b), fields in new_lists.items()]
+        impressions = [item for impression_id, bucket in outcome.impression_buckets.items()
+                       for item in (str(bucket), impression_id)]
         fields: dict[int, list[list[str]]] = {}
         for (bucket, segment, name), change in outcome.aggregates.items():
             # repr() is the shortest string that reads back as the same double.
             fields.setdefault(bucket, []).append([f"{segment}|{name}", repr(change)])
-        aggs = [[index(self._key(partition, "agg", b)), ttl, str(b), f] for b, f in fields.items()]
-        clock = outcome.clock_ms
-        now = time.time() * 1000 if self.wall_clock else clock
+        aggs = [[index(self._key(partition, "agg", b)), ttl(b), str(b), f] for b, f in fields.items()]
         prune = str(int((now - self.horizon_ms) // self.bucket_ms)) if now is not None else None
         payload = {
             "states": states, "lists": lists, "impressions": impressions, "aggs": aggs,
             "counts": [[name, n] for name, n in outcome.counts.items()],
-            "offset": str(commit.next_offset), "clock": str(clock) if clock is not None else None,
-            "prune": prune,
+            "imp_ttl": max(map(ttl, outcome.impression_buckets.values()), default=0),
+            "offset": str(commit.next_offset), "clock": str(clock) if clock is not None else None, "prune": prune,
         }
         return keys, orjson.dumps(payload).decode()
 

@@ -73,7 +73,8 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
         event_clock=settings.clock == "event",
         auto_offset_reset=settings.auto_offset_reset,
         dead_letters=DeadLetters(lambda: KafkaProducer(**kafka_options, acks="all", linger_ms=5),
-                                 settings.dead_letter_topic) if settings.dead_letter_topic else None,
+                                 settings.dead_letter_topic, exporter.dead_letters_dropped.inc)
+        if settings.dead_letter_topic else None,
         require_key=settings.require_key,
         max_future_ms=settings.max_future,
     )

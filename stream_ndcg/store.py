@@ -59,7 +59,8 @@ class StateStore(Protocol):
         ...
 
     def load(self, partition: str, query_ids: Collection[str], impressions: Mapping[str, int]) -> Snapshot:
-        """The states of `query_ids`, and which of `impressions` (id -> bucket) were already applied."""
+        """The states of `query_ids`, and which of `impressions` (id -> time bucket) were already
+        applied: by id, whatever the bucket, as long as the earlier one is inside the horizon."""
         ...
 
     def commit(self, commits: Collection[Commit]) -> None:
@@ -79,7 +80,7 @@ class StateStore(Protocol):
         ...
 
     def clock_ms(self) -> int | None:
-        """The greatest event time any partition has seen."""
+        """The greatest clock any partition committed (event time with the event clock)."""
         ...
 
     def admit(self, label: str, value: str, cap: int) -> bool:
@@ -98,7 +99,7 @@ class _Partition:
     clock_ms: int | None = None
     states: dict[str, str] = field(default_factory=dict)
     lists: dict[str, dict[tuple[int, str, tuple[str, ...]], int]] = field(default_factory=dict)
-    impressions: set[tuple[int, str]] = field(default_factory=set)
+    impressions: dict[str, int] = field(default_factory=dict)
 
 
 class MemoryStore:
@@ -133,7 +134,7 @@ class MemoryStore:
     def load(self, partition: str, query_ids: Collection[str], impressions: Mapping[str, int]) -> Snapshot:
         part = self._partition(partition)
         states = {q: QueryState.from_json(part.states[q]) for q in query_ids if q in part.states}
-        known = {i for i, bucket in impressions.items() if (bucket, i) in part.impressions}
+        known = {i for i in impressions if i in part.impressions}
         return Snapshot(states, known, part.clock_ms)
 
     def commit(self, commits: Collection[Commit]) -> None:
@@ -149,7 +150,7 @@ class MemoryStore:
             outcome = commit.outcome
             for query_id, state in outcome.touched.items():
                 part.states[query_id] = state.to_json()
-            part.impressions.update((bucket, i) for i, bucket in outcome.impression_buckets.items())
+            part.impressions.update(outcome.impression_buckets)
             for (query_id, bucket, segment, ranked), count in outcome.lists.items():
                 held = part.lists.setdefault(query_id, {})
                 held[(bucket, segment, ranked)] = held.get((bucket, segment, ranked), 0) + count
@@ -165,7 +166,7 @@ class MemoryStore:
         if self.horizon_ms is None or part.clock_ms is None:
             return
         oldest = (part.clock_ms - self.horizon_ms) // self.bucket_ms
-        part.impressions = {seen for seen in part.impressions if seen[0] >= oldest}
+        part.impressions = {i: bucket for i, bucket in part.impressions.items() if bucket >= oldest}
         for held in part.lists.values():
             for stale in [listed for listed in held if listed[0] < oldest]:
                 del held[stale]

@@ -103,6 +103,18 @@ def test_a_commit_from_another_offset_than_the_stored_one_is_refused(store: Stat
     assert store.next_offset("t:0") == 20
 
 
+def test_an_impression_id_seen_again_is_a_duplicate_whatever_its_time(store: StateStore) -> None:
+    engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+    epoch = store.claim("t:0")
+    t0 = 1_763_683_200_000
+    first = b'{"type":"impression","impression_id":"i","query_id":"q","ts":%d,"results":["a"]}' % t0
+    again = b'{"type":"impression","impression_id":"i","query_id":"q","ts":%d,"results":["a"]}' % (t0 + 5 * BUCKET)
+    apply(store, engine, "t:0", epoch, [first], 1)
+    apply(store, engine, "t:0", epoch, [again], 2)
+    assert store.counts()["impression"] == 1
+    assert store.counts()["duplicate:impression"] == 1
+
+
 def test_ranked_lists_are_kept_deduplicated_with_counts(store: StateStore) -> None:
     engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
     epoch = store.claim("t:0")

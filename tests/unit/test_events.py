@@ -87,6 +87,9 @@ BAD: list[tuple[str, bytes | str | None, str]] = [
     ("grade boolean", encode(JUDGMENT | {"grade": True}), "invalid_grade"),
     ("grade huge", encode(JUDGMENT | {"grade": 1e300}), "grade_out_of_range"),
     ("grade huge integer", encode(JUDGMENT | {"grade": 10**400}), "grade_out_of_range"),
+    ("lone surrogate in an id", b'{"type":"judgment","query_id":"q\\ud800","doc_id":"d","grade":1,"ts":1}',
+     "invalid_string"),
+    ("lone surrogate in a result", encode(IMPRESSION).replace(b'"d4"', b'"\\udfff"'), "invalid_string"),
     ("message too large", encode(IMPRESSION | {"pad": "x" * 1_048_576}), "message_too_large"),
 ]
 
@@ -104,9 +107,17 @@ def test_limits_are_configurable() -> None:
     assert isinstance(parse_event(encode(IMPRESSION), Limits(max_results=3)), Impression)
 
 
+def test_a_paired_surrogate_escape_is_an_ordinary_character() -> None:
+    event = parse_event(encode(JUDGMENT).replace(b'"d4"', b'"\\ud83d\\ude00"'))
+    assert isinstance(event, Judgment) and event.doc_id == "\U0001F600"
+
+
 @given(st.binary(max_size=300))
 def test_no_bytes_make_the_parser_raise(raw: bytes) -> None:
-    assert isinstance(parse_event(raw), Impression | Judgment | InvalidEvent)
+    event = parse_event(raw)
+    assert isinstance(event, Impression | Judgment | InvalidEvent)
+    if not isinstance(event, InvalidEvent):
+        json.dumps(event.__dict__, ensure_ascii=False).encode("utf-8")  # whatever is accepted can be stored
 
 
 json_values = st.recursive(
