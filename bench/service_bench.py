@@ -88,9 +88,12 @@ class ServiceProcess:
         env = dict(os.environ, STREAM_NDCG_BOOTSTRAP_SERVERS=bootstrap, STREAM_NDCG_REDIS_URL=redis_url,
                    STREAM_NDCG_TOPICS=topic, STREAM_NDCG_GROUP_ID=f"svc-{namespace}",
                    STREAM_NDCG_NAMESPACE=namespace, STREAM_NDCG_METRICS_PORT=str(self.port),
-                   STREAM_NDCG_BATCH_SIZE=str(BATCH), STREAM_NDCG_LOG_LEVEL="WARNING",
+                   STREAM_NDCG_BATCH_SIZE=str(BATCH), STREAM_NDCG_LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "INFO"),
                    **{f"STREAM_NDCG_{k.upper()}": v for k, v in settings.items()})
-        self.process = subprocess.Popen([sys.executable, "-m", "stream_ndcg.cli", "run"], env=env)
+        self.log = Path(tempfile.gettempdir()) / f"stream-ndcg-bench-{namespace}.log"
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen([sys.executable, "-m", "stream_ndcg.cli", "run"], env=env,
+                                            stdout=log, stderr=subprocess.STDOUT)
         self.peak_rss = 0
 
     def await_ready(self, timeout: float = 120) -> None:
@@ -188,7 +191,8 @@ def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[st
             if time.monotonic() > deadline:
                 body = urlopen(f"http://127.0.0.1:{service.port}/metrics", timeout=5).read().decode()  # noqa: S310
                 lag = [line for line in body.splitlines() if line.startswith("stream_ndcg_consumer_lag")]
-                raise RuntimeError(f"the probe impression never showed up in /metrics; lag: {lag}")
+                raise RuntimeError(f"the probe impression never showed up in /metrics; lag: {lag}; "
+                                   f"service log: {service.log}")
             time.sleep(0.05)
         delays = []
         for i in range(probes):

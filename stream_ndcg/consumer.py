@@ -304,29 +304,40 @@ class StreamProcessor:
     # -- partitions --------------------------------------------------------
 
     def _apply_rebalances(self) -> None:
-        """Take in the assignments the rebalance listener queued (it runs on Kafka's IO thread,
-        where nothing may block: the store is called from this loop, with backoff)."""
+        """Bring the partitions this loop works on in line with the consumer's assignment.
+
+        The listener runs on Kafka's IO thread, where nothing may block, and only queues what
+        happened; the store is called from this loop, with backoff. A partition revoked and
+        given straight back is claimed again. The assignment itself is read from the consumer,
+        because kafka-python 3.0 does not always call on_partitions_assigned after a
+        rebalance (seen here: a second rebalance right after joining, giving back the same
+        partitions, left the group consuming nothing).
+        """
+        revoked: set[TopicPartition] = set()
         while not self._rebalances.empty():
             kind, partitions = self._rebalances.get_nowait()
-            names = ", ".join(map(partition_name, partitions)) or "nothing"
-            if kind == "assigned":
-                self._unclaimed.update(partitions)
-                logger.info("assigned %s", names)
-            else:
-                for tp in partitions:
-                    self._owned.pop(tp, None)
-                    self._unclaimed.discard(tp)
-                    self._next_offsets.pop(tp, None)
-                    # The new holder reports this partition's lag from now on.
-                    try:
-                        self.exporter.consumer_lag.remove(tp.topic, str(tp.partition))
-                    except KeyError:
-                        pass
-                logger.info("revoked %s", names)
-        current = self.consumer.assignment()
-        waiting = [tp for tp in self._unclaimed if tp in current]
-        if waiting:
-            self.consumer.pause(*waiting)
+            if kind == "revoked":
+                revoked.update(partitions)
+        current = set(self.consumer.assignment())
+        held = set(self._owned) | self._unclaimed
+        gone = (held - current) | (revoked & held)
+        for tp in gone:
+            self._owned.pop(tp, None)
+            self._unclaimed.discard(tp)
+            self._next_offsets.pop(tp, None)
+            # The new holder reports this partition's lag from now on.
+            try:
+                self.exporter.consumer_lag.remove(tp.topic, str(tp.partition))
+            except KeyError:
+                pass
+        if gone:
+            logger.info("revoked %s", ", ".join(sorted(map(partition_name, gone))))
+        new = current - set(self._owned) - self._unclaimed
+        if new:
+            self._unclaimed.update(new)
+            logger.info("assigned %s", ", ".join(sorted(map(partition_name, new))))
+        if self._unclaimed:
+            self.consumer.pause(*self._unclaimed)
 
     def _claim_pending(self) -> None:
         assignment = self.consumer.assignment()
