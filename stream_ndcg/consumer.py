@@ -141,7 +141,8 @@ class StreamProcessor:
     The commit order of every batch:
 
     1. poll up to `batch_size` records; records of partitions this instance has
-       not (yet) claimed are dropped, to be read again from the stored offset;
+       not (yet) claimed are dropped, to be read again from the stored offset
+       once it claims them;
     2. parse each record (a bad one becomes a counted rejection, never an error);
     3. load the touched query states and the already-applied impression ids of
        each partition from the store (one pipelined round trip);
@@ -288,8 +289,6 @@ class StreamProcessor:
         self.exporter.backoffs.labels(cause=type(exc).__name__).inc()
         # A commit whose reply was lost may have landed: trust only the stored offsets.
         self._unclaimed.update(self._owned)
-        if self._owned:
-            self.consumer.pause(*self._owned)
         self._owned.clear()
         delay = self.backoff.next_delay()
         logger.warning("%s; retrying in %.1fs", exc, delay)
@@ -305,6 +304,10 @@ class StreamProcessor:
 
     def _apply_rebalances(self) -> None:
         """Bring the partitions this loop works on in line with the consumer's assignment.
+
+        Nothing is paused: records of a partition not yet claimed are dropped, and the claim
+        seeks to the stored offset (pause and resume across rebalances have left partitions
+        stuck in kafka-python 3.0).
 
         The listener runs on Kafka's IO thread, where nothing may block, and only queues what
         happened; the store is called from this loop, with backoff. A partition revoked and
@@ -336,8 +339,6 @@ class StreamProcessor:
         if new:
             self._unclaimed.update(new)
             logger.info("assigned %s", ", ".join(sorted(map(partition_name, new))))
-        if self._unclaimed:
-            self.consumer.pause(*self._unclaimed)
 
     def _claim_pending(self) -> None:
         assignment = self.consumer.assignment()
@@ -358,7 +359,6 @@ class StreamProcessor:
                 self.consumer.seek_to_end(tp)
             self._owned[tp] = epoch
             self._unclaimed.discard(tp)
-            self.consumer.resume(tp)
             logger.info("claimed %s (epoch %s), resuming at offset %s", name, epoch,
                         offset if offset is not None else self.auto_offset_reset)
         self.exporter.assigned_partitions.set(len(self._owned))
@@ -406,7 +406,6 @@ class StreamProcessor:
             for tp in batch:
                 self._owned.pop(tp, None)
                 self._unclaimed.add(tp)
-                self.consumer.pause(tp)
             return
         for tp, records in batch.items():
             self._next_offsets[tp] = self._stored_offsets[tp] = records[-1].offset + 1
