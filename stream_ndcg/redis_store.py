@@ -111,7 +111,7 @@ class RedisStore:
         horizon_ms: int,
         state_ttl_ms: int,
         wall_clock: bool = True,
-        cache_queries: int = 20_000,
+        cache_queries: int = 2_000,
         observe_round_trip: Callable[[float], None] = lambda seconds: None,
     ) -> None:
         self.client = client
