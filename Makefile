@@ -21,13 +21,13 @@ lint: venv
 
 # Unit tests, the integration tests against a real Kafka and Redis, and a short chaos run.
 test: lint
-	$(BIN)/pytest -m "not slow" tests
+	$(BIN)/pytest -m "not slow" -rA tests
 
 test-unit: venv
 	$(BIN)/pytest tests/unit
 
 chaos: venv
-	$(BIN)/pytest -m slow tests
+	$(BIN)/pytest -m slow -s tests
 
 # Against a real local Kafka and Redis; several minutes. Results go to bench/RESULTS.md.
 bench: venv

@@ -40,6 +40,7 @@ def chaos(tmp_path: Path, events: int, rounds: int, seed: int) -> None:
             "STREAM_NDCG_LINGER": "50ms",
         }
         instances = [Service(env, tmp_path), Service(env, tmp_path)]
+        ever = list(instances)
         for instance in instances:
             instance.start()
         done: Counter[str] = Counter()
@@ -58,6 +59,7 @@ def chaos(tmp_path: Path, events: int, rounds: int, seed: int) -> None:
                     victim.start()
                 elif fault == "add_instance" and len(instances) < 4:
                     instances.append(Service(env, tmp_path))
+                    ever.append(instances[-1])
                     instances[-1].start()
                 elif fault == "remove_instance" and len(instances) > 1:
                     assert instances.pop(rnd.randrange(len(instances))).stop() == 0
@@ -81,11 +83,12 @@ def chaos(tmp_path: Path, events: int, rounds: int, seed: int) -> None:
                 other = instance.scrape()
                 assert settled(other) == len(messages)
                 assert expect_equal_to_replay(other, summary, "1d", (5, 10)) == compared
-            restarts = sum(i.starts for i in instances)
+            starts = sum(i.starts for i in ever)
             print(f"\nchaos: {len(messages)} events, {done['kill_instance']} kill -9 of an instance, "
                   f"{done['restart_broker']} broker restarts, {done['kill_redis']} Redis kill -9, "
                   f"{done['add_instance']} instances added, {done['remove_instance']} removed, "
-                  f"{restarts} service starts; {compared} gauges equal to the replay to 1e-9")
+                  f"{starts} service process starts; {compared} gauges of each of {len(instances)} instances "
+                  "equal to the replay to 1e-9")
             assert sum(done.values()) >= rounds // 2
         finally:
             for instance in instances:
