@@ -143,13 +143,15 @@ class StreamProcessor:
     1. poll up to `batch_size` records; records of partitions this instance has
        not (yet) claimed are dropped, to be read again from the stored offset
        once it claims them;
-    2. parse each record (a bad one becomes a counted rejection, never an error);
+    2. parse each record (a bad one becomes a counted rejection, never an error,
+       and goes to the dead-letter topic, flushed and acknowledged before step 5);
     3. load the touched query states and the already-applied impression ids of
        each partition from the store (one pipelined round trip);
     4. apply the events with the engine (pure, in memory);
     5. write, per partition and atomically, the new states, the aggregate
        increments, the counts and the partition's next offset, refused if the
-       partition's epoch is no longer ours (one round trip);
+       partition's epoch is no longer ours or its stored offset is not the one
+       this instance last wrote or read (one round trip);
     6. only then commit the offsets to Kafka, for lag monitoring alone.
 
     The offsets in the store are the truth: on assignment the processor claims
