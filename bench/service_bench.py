@@ -143,7 +143,7 @@ def service_rate(bootstrap: str, redis_url: str, topic: str, total: int, namespa
         client.close()
 
 
-def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[str, float]:
+def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[str, Any]:
     topic = create_topic(bootstrap, "latency")
     service = ServiceProcess(bootstrap, redis_url, topic, "latency", clock="wall", linger="20ms")
     service.await_ready()
@@ -203,7 +203,9 @@ def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[st
                   "ts": int(time.time() * 1000), "event_id": f"probe-{i:06d}"})
             while probe_value() == before:
                 if time.perf_counter() - started > 30:
-                    raise RuntimeError("a probe judgment was not visible after 30 s")
+                    # The service did not keep up with the load: say so in the results.
+                    return {"error": f"probe {i} not visible after 30 s: the service fell behind the load",
+                            "probes": i, "load_events_per_s": round(rate)}
                 time.sleep(0.002)
             delays.append(time.perf_counter() - started)
             time.sleep(0.05)
@@ -326,6 +328,9 @@ def main() -> int:
 def section(result: dict[str, Any], flags: str) -> str:
     tp, lat, flat, mem = result["throughput"], result["latency"], result["flatness"], result["memory"]
     held = [k for k in mem if k != "rss_ratio"]
+    latency_row = (f"| judgment-to-metric latency at {lat['load_events_per_s']} events/s | "
+                   + (f"p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms ({lat['probes']} probes) | | | p99 < 250 ms |"
+                      if "error" not in lat else f"not measured: {lat['error']} | | | p99 < 250 ms |"))
     rows = [
         "## Service",
         "",
@@ -338,8 +343,7 @@ def section(result: dict[str, Any], flags: str) -> str:
         "|---|---:|---:|---:|---|",
         f"| throughput, {tp['events']} events from offset 0 | {tp['service_events_per_s']} events/s | "
         f"{tp['bare_kafka_python_events_per_s']} events/s (bare kafka-python + json.loads) | {tp['ratio']} | >= 0.5 |",
-        f"| judgment-to-metric latency at {lat['load_events_per_s']} events/s | p50 {lat['p50_ms']} ms, "
-        f"p99 {lat['p99_ms']} ms ({lat['probes']} probes) | | | p99 < 250 ms |",
+        latency_row,
         f"| time per judgment, 10 vs {flat['big_impressions']} impressions | {flat['big_ms']} ms | "
         f"{flat['small_ms']} ms | {flat['ratio']} | < 1.5 |",
     ]

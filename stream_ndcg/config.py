@@ -80,7 +80,8 @@ _COERCE: dict[str, Callable[[Any], Any]] = {
     "topics": _csv, "k": _ints, "windows": _durations, "segment_labels": _csv,
     "bucket": parse_duration_ms, "grace": parse_duration_ms, "judgment_ttl": parse_duration_ms,
     "linger": parse_duration_ms, "batch_size": _int, "segment_cap": _int, "metrics_port": _int,
-    "max_results": _int, "max_message_bytes": _int, "state_cache_queries": _int, "require_key": _bool, "max_future": parse_duration_ms,
+    "max_results": _int, "max_message_bytes": _int, "state_cache_queries": _int, "require_key": _bool,
+    "max_future": parse_duration_ms,
 }
 
 
