@@ -97,8 +97,26 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
+class _Redact(logging.Filter):
+    """Replaces every configured secret in a log record by '***', whoever logs it: at DEBUG,
+    kafka-python logs the SASL PLAIN exchange, password included."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__()
+        self.secrets = [s for s in secrets if s]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if any(secret in message for secret in self.secrets):
+            for secret in self.secrets:
+                message = message.replace(secret, "***")
+            record.msg, record.args = message, None
+        return True
+
+
 def _configure_logging(settings: Settings) -> None:
     handler = logging.StreamHandler()
+    handler.addFilter(_Redact(settings.secret_values()))
     handler.setFormatter(_JsonFormatter() if settings.log_format == "json"
                          else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)

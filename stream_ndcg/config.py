@@ -219,6 +219,11 @@ class Settings:
         except TypeError as exc:
             raise ConfigError(str(exc)) from None
 
+    def secret_values(self) -> list[str]:
+        """The secrets themselves, for log redaction (their repr too: byte strings get logged)."""
+        values = [self.sasl_password, urlsplit(self.redis_url).password or ""]
+        return [form for value in values if value for form in (value, repr(value.encode())[2:-1])]
+
     def kafka_client_options(self) -> dict[str, Any]:
         """Connection and security options shared by every Kafka client of the service."""
         options: dict[str, Any] = {"bootstrap_servers": self.bootstrap_servers.split(","),
