@@ -23,7 +23,7 @@ REDIS_PASSWORD = "redis-Secret-0815"
 # Everything the service runs: reads and writes of its keys, its scripts, and the connection handshake.
 SERVICE_ACL = ("on", f">{REDIS_PASSWORD}", "~*", "resetchannels", "-@all",
                "+ping", "+hello", "+auth", "+select", "+get", "+set", "+hget", "+hgetall",
-               "+smismember", "+smembers", "+sadd", "+sismember", "+scard",
+               "+zmscore", "+smembers", "+sadd", "+sismember", "+scard",
                "+evalsha", "+eval", "+script|load", "+script|exists",
                "+zrangebyscore", "+zadd", "+zremrangebyscore", "+hset", "+hdel", "+hincrby", "+hincrbyfloat",
                "+pexpire")
