@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from stream_ndcg.events import Event, Impression, InvalidEvent, Judgment
+from stream_ndcg.events import Event, Impression, InvalidEvent, Judgment, revision_precedence
 from stream_ndcg.metric import Measure, discount, first_occurrences, ideal_dcg, score_list
 
 # (ts, event_id, grade): one judgment event of a (query, document) pair.
@@ -42,9 +42,8 @@ def full_segment_key(segment: tuple[tuple[str, str], ...]) -> str:
 
 
 def precedence(revision: Revision) -> tuple[int, bool, str, bool, float]:
-    """The order of `Judgment.precedence`, for a stored revision."""
-    ts, event_id, grade = revision
-    return (ts, event_id is not None, event_id or "", grade is not None, grade if grade is not None else 0.0)
+    """`revision_precedence` of a stored revision."""
+    return revision_precedence(*revision)
 
 
 def revision_of(judgment: Judgment) -> Revision:

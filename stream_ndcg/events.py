@@ -68,16 +68,18 @@ class Judgment:
 
     @property
     def precedence(self) -> tuple[int, bool, str, bool, float]:
-        """Sort key of revisions: the greatest wins, whatever the arrival order.
+        return revision_precedence(self.ts, self.event_id, self.grade)
 
-        (ts, event_id) decides, events without an event_id first at equal ts;
-        a remaining tie goes to the greater grade, a retraction lowest, so that
-        even two different events with the same ts and id resolve the same way
-        in every order.
-        """
-        has_grade = self.grade is not None
-        return (self.ts, self.event_id is not None, self.event_id or "", has_grade,
-                self.grade if self.grade is not None else 0.0)
+
+def revision_precedence(ts: int, event_id: str | None, grade: float | None) -> tuple[int, bool, str, bool, float]:
+    """Sort key of a judgment's revisions: the greatest wins, whatever the arrival order.
+
+    (ts, event_id) decides, events without an event_id first at equal ts; a
+    remaining tie goes to the greater grade, a retraction lowest, so that even
+    two different events with the same ts and id resolve the same way in every
+    order.
+    """
+    return (ts, event_id is not None, event_id or "", grade is not None, grade if grade is not None else 0.0)
 
 
 Event = Impression | Judgment
