@@ -143,9 +143,11 @@ def cmd_dev(args: argparse.Namespace) -> int:
     from stream_ndcg import devenv
 
     if args.action == "up":
-        state = devenv.dev_up(args.kafka_port, args.redis_port)
+        state = devenv.dev_up(args.kafka_port, args.redis_port, redis_cluster=args.redis_cluster)
         print(f"kafka  {state['bootstrap_servers']}  (STREAM_NDCG_BOOTSTRAP_SERVERS)")
         print(f"redis  {state['redis_url']}  (STREAM_NDCG_REDIS_URL)")
+        if args.redis_cluster:
+            print("       a cluster of 3 masters  (STREAM_NDCG_REDIS_CLUSTER=true)")
         print("stop both with: stream-ndcg dev down")
         return 0
     if not devenv.dev_down():
@@ -210,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     dev = sub.add_parser("dev", help="start or stop a local Kafka broker and redis-server on loopback")
     dev.add_argument("action", choices=("up", "down"))
     dev.add_argument("--kafka-port", type=int)
-    dev.add_argument("--redis-port", type=int)
+    dev.add_argument("--redis-port", type=int, help="the port of the one Redis server (not with --redis-cluster)")
+    dev.add_argument("--redis-cluster", action="store_true", help="a Redis Cluster of three masters instead")
     dev.set_defaults(handler=cmd_dev)
 
     demo = sub.add_parser("demo", help="Kafka, Redis, the service and simulated traffic, with a live view")

@@ -81,6 +81,7 @@ _COERCE: dict[str, Callable[[Any], Any]] = {
     "bucket": parse_duration_ms, "grace": parse_duration_ms, "judgment_ttl": parse_duration_ms,
     "linger": parse_duration_ms, "batch_size": _int, "segment_cap": _int, "metrics_port": _int,
     "max_results": _int, "max_message_bytes": _int, "state_cache_queries": _int, "require_key": _bool,
+    "redis_cluster": _bool,
     "max_future": parse_duration_ms,
 }
 
@@ -103,6 +104,7 @@ class Settings:
     auto_offset_reset: str = "earliest"
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_ca_file: str = ""
+    redis_cluster: bool = False
     namespace: str = "sndcg"
     state_cache_queries: int = 2_000
     k: tuple[int, ...] = (5, 10)
@@ -163,6 +165,9 @@ class Settings:
             raise ConfigError("namespace may hold letters, digits, '_', '.' and '-' only")
         if urlsplit(self.redis_url).scheme not in ("redis", "rediss", "unix"):
             raise ConfigError("redis_url must be redis://, rediss:// or unix://")
+        if self.redis_cluster and (urlsplit(self.redis_url).scheme == "unix"
+                                   or urlsplit(self.redis_url).path.strip("/") not in ("", "0")):
+            raise ConfigError("a Redis Cluster is reached over TCP and has database 0 only")
         if self.security_protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
             raise ConfigError("security_protocol must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
         if self.security_protocol.startswith("SASL"):

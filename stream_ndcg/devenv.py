@@ -22,7 +22,7 @@ import ssl
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -293,12 +293,16 @@ class TlsFiles:
 
 @dataclass
 class RedisServer(_Server):
-    """redis-server on loopback with AOF (appendfsync everysec); TLS only, if `tls` is given."""
+    """redis-server on loopback with AOF (appendfsync everysec); TLS only, if `tls` is given;
+    a cluster node (not yet given slots) if `cluster`."""
 
     workdir: Path
     port: int
     process: subprocess.Popen[bytes] | None = None
     tls: TlsFiles | None = None
+    cluster: bool = False
+    # The cluster bus port: by default the port + 10000, out of range for high free ports.
+    bus_port: int = field(default_factory=free_port)
 
     @property
     def url(self) -> str:
@@ -306,8 +310,8 @@ class RedisServer(_Server):
 
     @classmethod
     def start(cls, workdir: Path, port: int | None = None, *, detach: bool = False,
-              tls: TlsFiles | None = None) -> RedisServer:
-        server = cls(Path(workdir), port or free_port(), tls=tls)
+              tls: TlsFiles | None = None, cluster: bool = False) -> RedisServer:
+        server = cls(Path(workdir), port or free_port(), tls=tls, cluster=cluster)
         server.workdir.mkdir(parents=True, exist_ok=True)
         server.launch(detach=detach)
         return server
@@ -322,6 +326,10 @@ class RedisServer(_Server):
             listen = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(self.tls.cert),
                       "--tls-key-file", str(self.tls.key), "--tls-ca-cert-file", str(self.tls.ca),
                       "--tls-auth-clients", "no"]
+        if self.cluster:
+            # nodes.conf in the node's own directory: a restarted node rejoins with its slots.
+            listen += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                       "--cluster-node-timeout", "5000", "--cluster-port", str(self.bus_port)]
         self.process = subprocess.Popen(  # noqa: S603
             [binary, "--bind", LOOPBACK, *listen, "--dir", str(self.workdir),
              "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
@@ -347,6 +355,75 @@ class RedisServer(_Server):
         self.stop()
         self.launch()
 
+    def cluster_state(self) -> str | None:
+        """This node's cluster_state (ok or fail), or None if it does not answer."""
+        try:
+            with socket.create_connection((LOOPBACK, self.port), timeout=1) as sock:
+                sock.sendall(b"CLUSTER INFO\r\n")
+                reply = b""
+                while b"cluster_state:" not in reply or not reply.endswith(b"\r\n"):
+                    chunk = sock.recv(4096)
+                    if not chunk:
+                        break
+                    reply += chunk
+        except OSError:
+            return None
+        for line in reply.decode(errors="replace").splitlines():
+            if line.startswith("cluster_state:"):
+                return line.partition(":")[2]
+        return None
+
+
+@dataclass
+class RedisClusterNodes:
+    """A Redis Cluster of `masters` redis-server nodes on loopback (no replicas), its 16384
+    slots shared out by `redis-cli --cluster create`."""
+
+    nodes: list[RedisServer]
+
+    @property
+    def url(self) -> str:
+        """Any one node: the client discovers the others from it."""
+        return self.nodes[0].url
+
+    @classmethod
+    def start(cls, workdir: Path, masters: int = 3, *, detach: bool = False) -> RedisClusterNodes:
+        redis_cli = shutil.which("redis-cli")
+        if redis_cli is None:
+            raise RuntimeError("redis-cli is not installed (Debian: apt-get install redis-tools)")
+        cluster = cls([])
+        try:
+            for index in range(masters):
+                cluster.nodes.append(RedisServer.start(Path(workdir) / f"node-{index}", cluster=True, detach=detach))
+            addresses = [f"{LOOPBACK}:{node.port}" for node in cluster.nodes]
+            subprocess.run([redis_cli, "--cluster", "create", *addresses,  # noqa: S603
+                            "--cluster-replicas", "0", "--cluster-yes"],
+                           check=True, capture_output=True, timeout=60)
+            cluster.wait_until_healthy()
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+    def wait_until_healthy(self, timeout: float = 60) -> None:
+        """Until every node says cluster_state:ok (slots all covered, nodes all agreed)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(node.cluster_state() == "ok" for node in self.nodes):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"Redis Cluster not healthy after {timeout:.0f}s")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.stop()
+
 
 def _java() -> str:
     java = shutil.which("java")
@@ -359,8 +436,9 @@ def state_file() -> Path:
     return cache_dir() / "dev" / "state.json"
 
 
-def dev_up(kafka_port: int | None, redis_port: int | None) -> dict[str, object]:
-    """Start a detached broker and Redis for `stream-ndcg dev up`; return their addresses and pids."""
+def dev_up(kafka_port: int | None, redis_port: int | None, *, redis_cluster: bool = False) -> dict[str, object]:
+    """Start a detached broker and Redis (one server, or a cluster of three masters) for
+    `stream-ndcg dev up`; return their addresses and pids."""
     import json
 
     if state_file().exists():
@@ -370,12 +448,16 @@ def dev_up(kafka_port: int | None, redis_port: int | None) -> dict[str, object]:
     shutil.rmtree(root, ignore_errors=True)
     kafka = KafkaBroker.start(root / "kafka", kafka_port, detach=True)
     try:
-        redis = RedisServer.start(root / "redis", redis_port, detach=True)
+        if redis_cluster:
+            nodes = RedisClusterNodes.start(root / "redis-cluster", detach=True).nodes
+        else:
+            nodes = [RedisServer.start(root / "redis", redis_port, detach=True)]
     except BaseException:
         kafka.stop()
         raise
-    state: dict[str, object] = {"bootstrap_servers": kafka.bootstrap, "redis_url": redis.url,
-             "kafka_pid": kafka.pid, "redis_pid": redis.pid}
+    state: dict[str, object] = {"bootstrap_servers": kafka.bootstrap, "redis_url": nodes[0].url,
+                                "redis_cluster": redis_cluster, "kafka_pid": kafka.pid,
+                                "redis_pids": [node.pid for node in nodes]}
     state_file().write_text(json.dumps(state))
     return state
 
@@ -388,7 +470,7 @@ def dev_down() -> bool:
     if not path.exists():
         return False
     state = json.loads(path.read_text())
-    for name in ("kafka_pid", "redis_pid"):
-        _stop(None, pid=int(state[name]))
+    for pid in [state["kafka_pid"], *state["redis_pids"]]:
+        _stop(None, pid=int(pid))
     path.unlink()
     return True

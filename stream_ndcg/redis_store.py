@@ -24,6 +24,12 @@ ids, clock) and one script call per partition that checks the epoch and the
 expected offset and writes states, lists, impression ids, aggregate
 increments, counts, the clock and the next offset, all or nothing.
 
+The same code runs on one server and on a Redis Cluster (``connect(...,
+cluster=True)``): every script names all its keys and they share one slot, the
+two global sets are single-key commands, and scripts go as EVAL, which the
+cluster pipeline routes by key (it refuses EVALSHA) and which no node can
+answer with NOSCRIPT after a restart or failover.
+
 Only the instance holding a partition writes it, so that instance keeps the
 query states it wrote in a bounded LRU cache and reads from Redis only the
 states it has not got. The cache of a partition is dropped on every claim and
@@ -44,7 +50,7 @@ from typing import Any
 
 import orjson
 import redis
-from redis.exceptions import RedisError
+from redis.exceptions import MovedError, RedisClusterException, RedisError
 
 from stream_ndcg.engine import AggregateKey, QueryState
 from stream_ndcg.errors import FencedError, StoreUnavailable
@@ -94,17 +100,38 @@ return 0
 """
 
 
-class RedisStore:
-    """The `StateStore` on Redis. Keys carry per-partition hash tags and each script touches one
-    partition's keys, ready for Redis Cluster, but only a single server is supported and tested.
+Client = redis.Redis | redis.RedisCluster
 
-        store = RedisStore(redis.Redis.from_url(url), namespace="sndcg",
+
+def connect(url: str, *, cluster: bool = False, ca_file: str = "") -> Client:
+    """A client for one server, or for a cluster discovered from the node in `url`.
+
+    A client for one server connects on its first command; a cluster client asks for the
+    slot map at once, so an unreachable cluster raises StoreUnavailable here (hand the
+    store a factory to defer that to the first round trip, where the loop backs off).
+    """
+    options: dict[str, Any] = {"socket_timeout": 10, "socket_connect_timeout": 5, "health_check_interval": 30}
+    if ca_file:
+        options["ssl_ca_certs"] = ca_file
+    if not cluster:
+        return redis.Redis.from_url(url, **options)
+    try:
+        return redis.RedisCluster.from_url(url, **options)
+    except (RedisError, RedisClusterException) as exc:
+        raise StoreUnavailable(f"Redis Cluster unreachable: {type(exc).__name__}: {exc}") from exc
+
+
+class RedisStore:
+    """The `StateStore` on one Redis server or a Redis Cluster; `client` may be a factory,
+    called at the first round trip and again after each failed attempt to connect.
+
+        store = RedisStore(lambda: connect(url, cluster=True), namespace="sndcg",
                            bucket_ms=60_000, horizon_ms=87_000_000, state_ttl_ms=2_592_000_000)
     """
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client | Callable[[], Client],
         *,
         namespace: str,
         bucket_ms: int,
@@ -114,7 +141,8 @@ class RedisStore:
         cache_queries: int = 2_000,
         observe_round_trip: Callable[[float], None] = lambda seconds: None,
     ) -> None:
-        self.client = client
+        self._client = client if isinstance(client, redis.Redis | redis.RedisCluster) else None
+        self._connect = client if callable(client) else lambda: client
         self.namespace = namespace
         self.cache_queries = cache_queries
         # partition -> query -> (state, monotonic deadline): an entry is trusted only while
@@ -125,17 +153,22 @@ class RedisStore:
         self.state_ttl_ms = max(state_ttl_ms, horizon_ms)
         self.wall_clock = wall_clock
         self._observe = observe_round_trip
-        self._commit_script = client.register_script(_COMMIT)
-        self._admit_script = client.register_script(_ADMIT)
         self._admitted: dict[tuple[str, str], bool] = {}
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = self._connect()
+        return self._client
 
     @contextmanager
     def _round_trip(self, what: str) -> Iterator[None]:
         started = time.perf_counter()
         try:
             yield
-        except RedisError as exc:
-            raise StoreUnavailable(f"Redis {what} failed: {type(exc).__name__}: {exc}") from exc
+        except (RedisError, RedisClusterException) as exc:
+            hint = " (a cluster node answered: set redis_cluster)" if isinstance(exc, MovedError) else ""
+            raise StoreUnavailable(f"Redis {what} failed: {type(exc).__name__}: {exc}{hint}") from exc
         finally:
             self._observe(time.perf_counter() - started)
 
@@ -193,7 +226,7 @@ class RedisStore:
                 for commit in commits:
                     keys, payload = self._payload(commit)
                     expected = "" if commit.expected_offset is None else str(commit.expected_offset)
-                    self._commit_script(keys=keys, args=[commit.epoch, payload, expected], client=pipe)
+                    pipe.execute_command("EVAL", _COMMIT, len(keys), *keys, commit.epoch, payload, expected)
                 results = pipe.execute()
         except StoreUnavailable:
             for commit in commits:
@@ -336,7 +369,7 @@ class RedisStore:
         cached = self._admitted.get((label, value))
         if cached is None:
             with self._round_trip("segment admission"):
-                cached = bool(self._admit_script(keys=[f"{self.namespace}:segment:{label}"], args=[value, cap]))
+                cached = bool(self.client.eval(_ADMIT, 1, f"{self.namespace}:segment:{label}", value, str(cap)))
             self._admitted[(label, value)] = cached
         return cached
 

@@ -8,7 +8,6 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-import redis
 from kafka import KafkaConsumer, KafkaProducer
 from prometheus_client import CollectorRegistry
 
@@ -17,19 +16,16 @@ from stream_ndcg.consumer import DeadLetters, SegmentProjector, StreamProcessor
 from stream_ndcg.engine import Engine
 from stream_ndcg.events import Limits
 from stream_ndcg.exporter import Exporter, WindowView
-from stream_ndcg.redis_store import RedisStore
+from stream_ndcg.redis_store import RedisStore, connect
 
 logger = logging.getLogger(__name__)
 
 
 def build(settings: Settings, registry: CollectorRegistry | None = None) -> tuple[StreamProcessor, Exporter]:
     registry = registry or CollectorRegistry()
-    tls = {"ssl_ca_certs": settings.redis_ca_file} if settings.redis_ca_file else {}
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5,
-                                  health_check_interval=30, **tls)
     holder: list[Exporter] = []
     store = RedisStore(
-        client,
+        lambda: connect(settings.redis_url, cluster=settings.redis_cluster, ca_file=settings.redis_ca_file),
         namespace=settings.namespace,
         bucket_ms=settings.bucket,
         horizon_ms=settings.horizon,

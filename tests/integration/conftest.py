@@ -28,7 +28,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
-from stream_ndcg.devenv import KafkaBroker, RedisServer, free_port
+from stream_ndcg.devenv import KafkaBroker, RedisClusterNodes, RedisServer, free_port
 from stream_ndcg.service import produce
 
 
@@ -44,6 +44,13 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server = RedisServer.start(tmp_path_factory.mktemp("redis"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterNodes]:
+    cluster = RedisClusterNodes.start(tmp_path_factory.mktemp("redis-cluster"))
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture

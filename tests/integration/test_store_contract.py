@@ -8,11 +8,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from stream_ndcg.devenv import RedisClusterNodes
 from stream_ndcg.engine import Engine, window_means
 from stream_ndcg.errors import FencedError, StoreUnavailable
 from stream_ndcg.events import Impression, InvalidEvent, parse_event
 from stream_ndcg.metric import Measure
-from stream_ndcg.redis_store import RedisStore
+from stream_ndcg.redis_store import RedisStore, connect
 from stream_ndcg.simulator import SimulationSpec, Simulator
 from stream_ndcg.store import Commit, MemoryStore, StateStore
 
@@ -21,17 +22,18 @@ BUCKET = 60_000
 HORIZON = 3_600_000
 
 
-@pytest.fixture(params=["memory", "redis-cold", "redis-cached"])
+@pytest.fixture(params=["memory", "redis-cold", "redis-cached", "redis-cluster"])
 def store(request: pytest.FixtureRequest) -> Iterator[StateStore]:
     if request.param == "memory":
         yield MemoryStore(bucket_ms=BUCKET, horizon_ms=HORIZON)
         return
-    server = request.getfixturevalue("redis_server")
-    client = redis.Redis.from_url(server.url)
+    cluster = request.param == "redis-cluster"
+    server = request.getfixturevalue("redis_cluster" if cluster else "redis_server")
+    client = connect(server.url, cluster=cluster)
     # Without a cache every batch reads its query states back from Redis.
     yield RedisStore(client, namespace=f"c-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
                      state_ttl_ms=HORIZON, wall_clock=False,
-                     cache_queries=0 if request.param == "redis-cold" else 1000)
+                     cache_queries=0 if request.param in ("redis-cold", "redis-cluster") else 1000)
     client.close()
 
 
@@ -143,3 +145,26 @@ def test_a_redis_outage_is_a_recoverable_error() -> None:
                        state_ttl_ms=HORIZON)
     with pytest.raises(StoreUnavailable, match="Redis claim failed"):
         store.claim("t:0")
+
+
+def test_an_unreachable_cluster_is_a_recoverable_error_retried_on_the_next_round_trip() -> None:
+    attempts = []
+
+    def unreachable() -> redis.RedisCluster:
+        attempts.append(1)
+        return connect("redis://127.0.0.1:1/0", cluster=True)  # type: ignore[return-value]
+
+    store = RedisStore(unreachable, namespace="down", bucket_ms=BUCKET, horizon_ms=HORIZON, state_ttl_ms=HORIZON)
+    for _ in range(2):
+        with pytest.raises(StoreUnavailable, match="Redis Cluster unreachable"):
+            store.claim("t:0")
+    assert len(attempts) == 2
+
+
+def test_a_single_server_client_pointed_at_a_cluster_says_how_to_fix_it(redis_cluster: RedisClusterNodes) -> None:
+    store = RedisStore(redis.Redis.from_url(redis_cluster.url), namespace="misconfigured", bucket_ms=BUCKET,
+                       horizon_ms=HORIZON, state_ttl_ms=HORIZON)
+    # Some of these partitions' slots are on other nodes than the one in the URL.
+    with pytest.raises(StoreUnavailable, match="set redis_cluster"):
+        for partition in range(20):
+            store.claim(f"t:{partition}")

@@ -44,6 +44,9 @@ def test_defaults() -> None:
     ({"batch_size": "many"}, "integer"),
     ({"windows": "5 minutes"}, "duration"),
     ({"redis_url": "http://127.0.0.1"}, "redis"),
+    ({"redis_cluster": "true", "redis_url": "redis://127.0.0.1:7000/2"}, "database 0"),
+    ({"redis_cluster": "true", "redis_url": "unix:///run/redis.sock"}, "TCP"),
+    ({"redis_cluster": "sometimes"}, "boolean"),
     ({"colour": "blue"}, "unknown setting"),
 ])
 def test_invalid_settings_are_refused_with_a_reason(flags: dict[str, str], message: str) -> None:

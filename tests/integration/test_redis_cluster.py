@@ -1,0 +1,84 @@
+"""`stream-ndcg run` on a real Redis Cluster of three masters: the same numbers as on one server."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from stream_ndcg.devenv import KafkaBroker, RedisClusterNodes
+from stream_ndcg.service import produce
+from tests.integration.conftest import Service, create_topic, expect_equal_to_replay, wait_for_messages
+from tests.integration.test_service import CUTOFFS, replay_of, simulated
+
+pytestmark = [pytest.mark.kafka, pytest.mark.redis]
+
+PARTITIONS = 6
+
+
+def node_of(cluster: RedisClusterNodes, key: str) -> int:
+    """Which node holds `key`'s slot, from the cluster's own slot map."""
+    slot = key_slot(key.encode())
+    ports = [node.port for node in cluster.nodes]
+    with redis.Redis(port=ports[0]) as client:
+        for start, end, (_, port, *_), *_ in client.execute_command("CLUSTER", "SLOTS"):
+            if start <= slot <= end:
+                return ports.index(int(port))
+    raise AssertionError(f"no node owns slot {slot}")
+
+
+def test_two_instances_on_a_three_master_cluster_equal_the_replay_through_a_master_crash(
+        kafka: KafkaBroker, redis_cluster: RedisClusterNodes, service_env: dict[str, str],
+        services: list[Service], tmp_path: Path) -> None:
+    topic = create_topic(kafka.bootstrap, partitions=PARTITIONS)
+    # A namespace whose partitions' hash tags fall on every master, so that each batch's reads,
+    # each scrape and each multi-partition commit really cross nodes.
+    namespace = next(ns for ns in (f"cl-{uuid.uuid4().hex[:8]}" for _ in range(1000))
+                     if len({node_of(redis_cluster, f"{{{ns}:{topic}:{p}}}") for p in range(PARTITIONS)}) == 3)
+    messages = simulated(16_000, seed=51)
+    env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_BATCH_SIZE="200",
+               STREAM_NDCG_REDIS_URL=redis_cluster.url, STREAM_NDCG_REDIS_CLUSTER="true",
+               STREAM_NDCG_NAMESPACE=namespace)
+    first, second = Service(env, tmp_path), Service(env, tmp_path)
+    services.extend([first, second])
+    first.start()
+    second.start()
+    half = len(messages) // 2
+    produce(kafka.bootstrap, topic, messages[:half])
+    wait_for_messages(first, half)
+
+    # kill -9 the master holding partition 0 while the second half streams in.
+    victim = redis_cluster.nodes[node_of(redis_cluster, f"{{{namespace}:{topic}:0}}")]
+    sender = threading.Thread(target=produce, args=(kafka.bootstrap, topic, messages[half:]),
+                              kwargs={"paced": True, "rate": 2_000.0})
+    sender.start()
+    time.sleep(1)
+    victim.kill()
+    deadline = time.monotonic() + 30
+    while first.ready() and second.ready() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not (first.ready() and second.ready()), "no instance noticed a master gone"
+    victim.launch()
+    redis_cluster.wait_until_healthy()
+    sender.join()
+
+    summary = replay_of(messages)
+    # Each instance reports the whole topic, read from the cluster at scrape time.
+    for service in (first, second):
+        samples = wait_for_messages(service, len(messages), timeout=300)
+        assert expect_equal_to_replay(samples, summary, "1d", CUTOFFS) == 2 * 2 * 3
+        assert service.ready()
+    assert "retrying" in first.logs() + second.logs()
+    holding = set()
+    for index, node in enumerate(redis_cluster.nodes):
+        with redis.Redis(port=node.port) as client:
+            if client.keys(f"{{{namespace}:*"):
+                holding.add(index)
+    assert holding == {0, 1, 2}
+    assert first.stop() == 0
+    assert second.stop() == 0
