@@ -142,6 +142,11 @@ def _parse(raw: bytes | str | None, limits: Limits) -> Event:
         except UnicodeDecodeError as exc:
             raise _Invalid("not_utf8", str(exc)) from None
     else:
+        try:
+            # A str from Python may hold a lone surrogate itself, not just its JSON escape.
+            raw.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise _Invalid("not_utf8", str(exc)) from None
         text = raw
     try:
         obj = _decoder.decode(text)

@@ -12,13 +12,20 @@ import redis
 from redis.crc import key_slot
 
 from stream_ndcg.devenv import KafkaBroker, RedisClusterNodes
+from stream_ndcg.engine import Engine
+from stream_ndcg.redis_store import RedisStore, connect
 from stream_ndcg.service import produce
+from stream_ndcg.simulator import SimulationSpec, Simulator
 from tests.integration.conftest import Service, create_topic, expect_equal_to_replay, wait_for_messages
+from tests.integration.test_security import REDIS_PASSWORD, SERVICE_ACL
 from tests.integration.test_service import CUTOFFS, replay_of, simulated
+from tests.integration.test_store_contract import BUCKET, HORIZON, MEASURE, apply
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
 PARTITIONS = 6
+# What a cluster client needs on top of the service's commands: the slot map and the command table.
+CLUSTER_ACL = ("+cluster|slots", "+command")
 
 
 def node_of(cluster: RedisClusterNodes, key: str) -> int:
@@ -82,3 +89,23 @@ def test_two_instances_on_a_three_master_cluster_equal_the_replay_through_a_mast
     assert holding == {0, 1, 2}
     assert first.stop() == 0
     assert second.stop() == 0
+
+
+def test_an_acl_user_limited_to_the_service_commands_can_run_on_the_cluster(
+        redis_cluster: RedisClusterNodes) -> None:
+    user = f"svc-{uuid.uuid4().hex[:6]}"
+    for node in redis_cluster.nodes:
+        with redis.Redis(port=node.port) as admin:
+            admin.execute_command("ACL", "SETUSER", user, *SERVICE_ACL, *CLUSTER_ACL)
+    url = redis_cluster.url.replace("redis://", f"redis://{user}:{REDIS_PASSWORD}@")
+    store = RedisStore(connect(url, cluster=True), namespace=f"acl-{uuid.uuid4().hex[:6]}", bucket_ms=BUCKET,
+                       horizon_ms=HORIZON, state_ttl_ms=HORIZON, wall_clock=False)
+    engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+    messages = [v for _, v in Simulator(SimulationSpec(events=500, seed=8, queries=20, rate=50.0)).messages()]
+    for partition in ("t:0", "t:1", "t:2"):
+        apply(store, engine, partition, store.claim(partition), messages, 500)
+    assert store.counts()["impression"] > 0
+    assert store.aggregates()
+    assert store.clock_ms() is not None
+    assert store.admit("variant", "A", 5)
+    store.check()

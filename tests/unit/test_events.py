@@ -112,6 +112,11 @@ def test_a_paired_surrogate_escape_is_an_ordinary_character() -> None:
     assert isinstance(event, Judgment) and event.doc_id == "\U0001F600"
 
 
+def test_a_str_holding_a_lone_surrogate_itself_is_not_utf8() -> None:
+    event = parse_event('{"type":"judgment","query_id":"q\udcff","doc_id":"d","grade":1,"ts":1}')
+    assert isinstance(event, InvalidEvent) and event.reason == "not_utf8"
+
+
 @given(st.binary(max_size=300))
 def test_no_bytes_make_the_parser_raise(raw: bytes) -> None:
     event = parse_event(raw)
