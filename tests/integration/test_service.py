@@ -182,3 +182,41 @@ def test_redis_restarted_mid_stream_recovers_by_itself(
     assert service.ready()
     assert "retrying" in service.logs()
     assert service.stop() == 0
+
+
+def test_three_instances_over_twelve_partitions_report_what_one_instance_reports(
+        kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
+    topic = create_topic(kafka.bootstrap, partitions=12)
+    messages = simulated(24_000, seed=61)
+    base = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1h,1d", STREAM_NDCG_BATCH_SIZE="100")
+    # The same topic read twice: by one instance, and by a group of three whose partitions move.
+    alone = Service(dict(base, STREAM_NDCG_GROUP_ID=base["STREAM_NDCG_GROUP_ID"] + "-alone",
+                         STREAM_NDCG_NAMESPACE=base["STREAM_NDCG_NAMESPACE"] + "-alone"), tmp_path)
+    group = [Service(base, tmp_path) for _ in range(3)]
+    services.extend([alone, *group])
+    alone.start()
+    group[0].start()
+    sender = threading.Thread(target=produce, args=(kafka.bootstrap, topic, messages),
+                              kwargs={"paced": True, "rate": 4_000.0})
+    sender.start()
+    time.sleep(1.5)
+    group[1].start()
+    time.sleep(1.5)
+    group[2].start()
+    time.sleep(1.5)
+    assert group[0].stop() == 0
+    sender.join()
+    single = wait_for_messages(alone, len(messages))
+    for service in group[1:]:
+        together = wait_for_messages(service, len(messages))
+        compared = 0
+        for (name, labels), value in single.items():
+            if name.startswith(("stream_ndcg_ndcg", "stream_ndcg_dcg", "stream_ndcg_judged_ratio",
+                                "stream_ndcg_scored_impressions", "stream_ndcg_impressions", "stream_ndcg_events")):
+                assert together[(name, labels)] == pytest.approx(value, abs=1e-9, nan_ok=True), (name, labels)
+                compared += 1
+        assert compared > 50
+    summary = replay_of(messages)
+    assert expect_equal_to_replay(single, summary, "1d", CUTOFFS) == 2 * 2 * 3
+    for service in (alone, *group[1:]):
+        assert service.stop() == 0
