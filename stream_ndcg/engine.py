@@ -388,20 +388,25 @@ def window_means(
     cutoffs: Iterable[int],
     buckets: Callable[[int], bool] = lambda _: True,
 ) -> dict[str, dict[str, float | None]]:
-    """Means per cut-off over the aggregate buckets that `buckets` admits, all segments together."""
-    selected = [(key[2], value) for key, value in aggregates.items() if buckets(key[0])]
-
-    def total(name: str) -> float:
-        return math.fsum(v for n, v in selected if n == name)
-
-    impressions = total("impressions")
+    """Per cut-off, the sums and means over the aggregate buckets that `buckets` admits, all
+    segments of `aggregates` together; a mean with nothing to average is None."""
+    parts: dict[str, list[float]] = {}
+    for (bucket, _, name), value in aggregates.items():
+        if buckets(bucket):
+            parts.setdefault(name, []).append(value)
+    # fsum: a total does not depend on the order its parts were added in.
+    sums = {name: math.fsum(values) for name, values in parts.items()}
+    impressions = sums.get("impressions", 0.0)
     means: dict[str, dict[str, float | None]] = {}
     for k in cutoffs:
-        scored = total(f"scored@{k}")
+        scored, ndcg, dcg, judged = (sums.get(f"{name}@{k}", 0.0) for name in ("scored", "ndcg", "dcg", "judged"))
         means[str(k)] = {
-            "ndcg_mean": total(f"ndcg@{k}") / scored if scored else None,
-            "dcg_mean": total(f"dcg@{k}") / impressions if impressions else None,
-            "judged_ratio": total(f"judged@{k}") / impressions if impressions else None,
+            "ndcg_mean": ndcg / scored if scored else None,
+            "dcg_mean": dcg / impressions if impressions else None,
+            "judged_ratio": judged / impressions if impressions else None,
+            "ndcg_sum": ndcg,
+            "dcg_sum": dcg,
+            "judged_sum": judged,
             "scored_impressions": scored,
             "impressions": impressions,
         }

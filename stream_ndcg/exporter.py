@@ -26,7 +26,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from stream_ndcg.config import format_duration
-from stream_ndcg.engine import AggregateKey
+from stream_ndcg.engine import AggregateKey, window_means
 from stream_ndcg.errors import StoreUnavailable
 from stream_ndcg.store import StateStore
 
@@ -111,34 +111,39 @@ class _StoreCollector(Collector):
                                         labels=["window", *seg])
         if now is not None:
             oldest = min(view.window_buckets(now, w)[0] for w in view.windows_ms)
-            aggregates = self.store.aggregates(since_bucket=oldest)
+            by_segment = _by_segment(self.store.aggregates(since_bucket=oldest), view.segment_labels)
             for window in view.windows_ms:
                 first, last = view.window_buckets(now, window)
+                in_window = range(first, last + 1).__contains__
                 name = format_duration(window)
-                for segment_values, sums in _by_segment(aggregates, first, last, view.segment_labels).items():
-                    total = sums.get("impressions", 0.0)
-                    impressions.add_metric([name, *segment_values], total)
+                for segment_values, part in by_segment.items():
+                    if not any(in_window(bucket) for bucket, _, _ in part):
+                        continue
+                    rows = window_means(part, view.cutoffs, in_window)
+                    impressions.add_metric([name, *segment_values], _number(rows[str(view.cutoffs[0])]["impressions"]))
                     for k in view.cutoffs:
-                        values = [str(k), name, *segment_values]
-                        defined = sums.get(f"scored@{k}", 0.0)
-                        ndcg_sum.add_metric(values, sums.get(f"ndcg@{k}", 0.0))
-                        scored.add_metric(values, defined)
-                        ndcg.add_metric(values, sums.get(f"ndcg@{k}", 0.0) / defined if defined else math.nan)
-                        dcg.add_metric(values, sums.get(f"dcg@{k}", 0.0) / total if total else math.nan)
-                        dcg_sum.add_metric(values, sums.get(f"dcg@{k}", 0.0))
-                        judged.add_metric(values, sums.get(f"judged@{k}", 0.0) / total if total else math.nan)
-                        judged_sum.add_metric(values, sums.get(f"judged@{k}", 0.0))
+                        row, values = rows[str(k)], [str(k), name, *segment_values]
+                        for family, field in ((ndcg, "ndcg_mean"), (ndcg_sum, "ndcg_sum"),
+                                              (scored, "scored_impressions"), (dcg, "dcg_mean"),
+                                              (dcg_sum, "dcg_sum"), (judged, "judged_ratio"),
+                                              (judged_sum, "judged_sum")):
+                            family.add_metric(values, _number(row[field]))
         yield from (ndcg, ndcg_sum, scored, dcg, dcg_sum, judged, judged_sum, impressions)
 
 
-def _by_segment(aggregates: dict[AggregateKey, float], first: int, last: int,
-                labels: tuple[str, ...]) -> dict[tuple[str, ...], dict[str, float]]:
-    parts: dict[tuple[str, ...], dict[str, list[float]]] = {}
-    for (bucket, segment, name), value in aggregates.items():
-        if first <= bucket <= last:
-            key = tuple(segment_labels(segment, labels))
-            parts.setdefault(key, {}).setdefault(name, []).append(value)
-    return {key: {name: math.fsum(values) for name, values in sums.items()} for key, sums in parts.items()}
+def _number(value: float | None) -> float:
+    """A mean with nothing to average is NaN in Prometheus."""
+    return math.nan if value is None else value
+
+
+def _by_segment(aggregates: dict[AggregateKey, float],
+                labels: tuple[str, ...]) -> dict[tuple[str, ...], dict[AggregateKey, float]]:
+    """The aggregates split by the values of the exported segment labels (segments that differ
+    only in other keys fall together)."""
+    parts: dict[tuple[str, ...], dict[AggregateKey, float]] = {}
+    for key, value in aggregates.items():
+        parts.setdefault(tuple(segment_labels(key[1], labels)), {})[key] = value
+    return parts
 
 
 class Exporter:
