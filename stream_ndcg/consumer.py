@@ -279,12 +279,20 @@ class StreamProcessor:
         if batch:
             self._process(batch)
             self._last_contact = time.monotonic()
+        elif not polled and self._coordinator_lost():
+            raise BrokerUnavailable("Kafka group coordinator unreachable")
         elif time.monotonic() - self._last_contact > self.IDLE_CHECK_S:
             # Idle: nothing would notice a Redis outage, yet /readyz must tell it.
             self.store.check()
             self._last_contact = time.monotonic()
         self._claim_pending()
         self._report_lag()
+
+    def _coordinator_lost(self) -> bool:
+        """Whether the consumer has lost its group coordinator, as it does within seconds of the
+        brokers going away. kafka-python's poll() just returns nothing while no broker answers
+        and it has no public health signal, so this reads its coordinator's own view."""
+        return bool(self.consumer._coordinator.coordinator_unknown())
 
     def _recover(self, exc: RecoverableError) -> None:
         self._set_healthy(False)

@@ -1,0 +1,87 @@
+"""Outages of Kafka and of Redis are waited out: not ready, said in the logs, no busy loop, no exit,
+and the numbers afterwards are the uninterrupted ones."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from stream_ndcg.devenv import KafkaBroker, RedisServer
+from stream_ndcg.service import produce
+from tests.integration.conftest import Service, create_topic, expect_equal_to_replay, wait_for_messages
+from tests.integration.test_service import CUTOFFS, replay_of, simulated
+
+pytestmark = [pytest.mark.kafka, pytest.mark.redis]
+
+OUTAGE_S = 12.0
+# A process that waits uses a little CPU for heartbeats and reconnects; one that spins uses a core.
+MOST_CPU_SHARE_WHILE_WAITING = 0.15
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_out(service: Service, outage: str) -> float:
+    """Until the service says it is not ready; then the share of a core it used during the outage."""
+    assert service.process is not None
+    deadline = time.monotonic() + 30
+    while service.ready():
+        assert time.monotonic() < deadline, f"still ready 30 s into the {outage} outage"
+        time.sleep(0.2)
+    started, cpu = time.monotonic(), cpu_seconds(service.process.pid)
+    while time.monotonic() - started < OUTAGE_S:
+        assert service.process.poll() is None, f"the service exited during the {outage} outage"
+        assert not service.ready(), f"ready while {outage} is down"
+        time.sleep(0.5)
+    return (cpu_seconds(service.process.pid) - cpu) / (time.monotonic() - started)
+
+
+def test_kafka_and_redis_outages_are_waited_out_without_spinning(tmp_path: Path) -> None:
+    messages = simulated(9_000, seed=71)
+    thirds = [messages[i * 3_000:(i + 1) * 3_000] for i in range(3)]
+    with KafkaBroker.start(tmp_path / "kafka") as kafka, RedisServer.start(tmp_path / "redis") as redis_server:
+        topic = create_topic(kafka.bootstrap, partitions=2)
+        service = Service({
+            "STREAM_NDCG_BOOTSTRAP_SERVERS": kafka.bootstrap, "STREAM_NDCG_REDIS_URL": redis_server.url,
+            "STREAM_NDCG_TOPICS": topic, "STREAM_NDCG_GROUP_ID": "outages", "STREAM_NDCG_NAMESPACE": "outages",
+            "STREAM_NDCG_CLOCK": "event", "STREAM_NDCG_WINDOWS": "1d", "STREAM_NDCG_LINGER": "50ms",
+        }, tmp_path)
+        try:
+            service.start()
+            produce(kafka.bootstrap, topic, thirds[0])
+            wait_for_messages(service, 3_000)
+            assert service.ready()
+
+            kafka.stop()
+            kafka_share = wait_out(service, "Kafka")
+            kafka.launch()
+            produce(kafka.bootstrap, topic, thirds[1])
+            wait_for_messages(service, 6_000)
+
+            redis_server.stop()
+            redis_share = wait_out(service, "Redis")
+            redis_server.launch()
+            produce(kafka.bootstrap, topic, thirds[2])
+            samples = wait_for_messages(service, 9_000)
+
+            print(f"outages: {OUTAGE_S:.0f} s of Kafka down used {kafka_share:.1%} of a core, "
+                  f"{OUTAGE_S:.0f} s of Redis down {redis_share:.1%}")
+            assert kafka_share < MOST_CPU_SHARE_WHILE_WAITING
+            assert redis_share < MOST_CPU_SHARE_WHILE_WAITING
+            assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == 2 * 2 * 3
+            deadline = time.monotonic() + 30
+            while not service.ready():
+                assert time.monotonic() < deadline, "not ready again 30 s after both came back"
+                time.sleep(0.2)
+            logs = service.logs()
+            assert "Kafka group coordinator unreachable; retrying in" in logs
+            assert "Redis" in logs and "retrying in" in logs.split("Kafka group coordinator unreachable")[-1]
+            assert service.stop() == 0
+        finally:
+            if service.process is not None and service.process.poll() is None:
+                service.kill()
