@@ -94,17 +94,27 @@ class Group:
 class QueryState:
     """Everything the engine knows about one query."""
 
-    # Every distinct judgment event seen per document; the winner is the greatest.
+    # Every distinct judgment event seen per document (so that one seen again is known as a
+    # duplicate); the greatest by `precedence` is the document's grade.
     revisions: dict[str, list[Revision]] = field(default_factory=dict)
     groups: dict[tuple[int, str], Group] = field(default_factory=dict)
+    # The greatest revision per document, found once and then kept up to date: a head query
+    # collects thousands of judgment events, and each new one is compared with the winner only.
+    _winners: dict[str, Revision] = field(default_factory=dict, repr=False, compare=False)
     _grades: dict[str, float] | None = field(default=None, repr=False, compare=False)
+
+    def _winner(self, doc: str) -> Revision:
+        winner = self._winners.get(doc)
+        if winner is None:
+            winner = self._winners[doc] = max(self.revisions[doc], key=precedence)
+        return winner
 
     def grades(self) -> dict[str, float]:
         """The current grade of each judged document (retracted ones left out)."""
         if self._grades is None:
             current: dict[str, float] = {}
-            for doc, seen in self.revisions.items():
-                grade = max(seen, key=precedence)[2]
+            for doc in self.revisions:
+                grade = self._winner(doc)[2]
                 if grade is not None:
                     current[doc] = grade
             self._grades = current
@@ -112,14 +122,23 @@ class QueryState:
 
     def add_revision(self, doc: str, revision: Revision) -> tuple[float | None, float | None] | None:
         """Record a judgment event; None if it was seen before, else the document's grade before and after."""
-        seen = self.revisions.setdefault(doc, [])
-        if revision in seen:
-            return None
-        before = max(seen, key=precedence)[2] if seen else None
-        seen.append(revision)
-        after = max(seen, key=precedence)[2]
-        if after != before:
-            self._grades = None
+        seen = self.revisions.get(doc)
+        if seen is None:
+            self.revisions[doc] = [revision]
+            before, winner = None, revision
+        else:
+            if revision in seen:
+                return None
+            previous = self._winner(doc)
+            seen.append(revision)
+            before, winner = previous[2], max(previous, revision, key=precedence)
+        self._winners[doc] = winner
+        after = winner[2]
+        if self._grades is not None and after != before:
+            if after is None:
+                del self._grades[doc]
+            else:
+                self._grades[doc] = after
         return before, after
 
     def to_dict(self) -> dict[str, Any]:
@@ -149,7 +168,8 @@ class QueryChange:
     groups: set[tuple[int, str]] = field(default_factory=set)
     # Documents whose current grade moved.
     docs: set[str] = field(default_factory=set)
-    revisions: bool = False
+    # Documents that took a new judgment event (their grade may or may not have moved).
+    revised: set[str] = field(default_factory=set)
     # Groups to write back: the new impressions' and every re-credited one.
     dirty: set[tuple[int, str]] = field(default_factory=set)
     # Groups dropped behind the horizon.
@@ -287,7 +307,7 @@ class Engine:
             outcome.counts["duplicate:judgment"] += 1
             return
         outcome.counts["judgment"] += 1
-        todo.revisions = True
+        todo.revised.add(event.doc_id)
         if moved[0] != moved[1]:
             todo.docs.add(event.doc_id)
 

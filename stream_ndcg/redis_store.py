@@ -12,7 +12,8 @@ in one slot and one script can write it atomically):
                                        commit: greatest event time, or wall time with --clock wall)
     {ns:P}:counts              HASH    event counts: impression, judgment, duplicate:*, rejected:*
     {ns:P}:q:<query_id>        HASH    the query's state, TTL max(horizon, judgment TTL):
-                                       r -> judgment revisions (JSON), g|<bucket>|<segment> -> group (JSON)
+                                       r|<doc> -> the document's judgment events (JSON),
+                                       g|<bucket>|<segment> -> group (JSON)
     {ns:P}:lists:<query_id>:<bucket>  HASH  JSON [segment, list] -> impressions showing it, TTL horizon
     {ns:P}:imp                 ZSET    impression ids applied, scored by their time bucket; pruned
                                        behind the horizon
@@ -264,8 +265,8 @@ class RedisStore:
         for query_id, state in outcome.touched.items():
             query_change = outcome.changes[query_id]
             written: list[str] = []
-            if query_change.revisions:
-                written += ["r", orjson.dumps(state.revisions).decode()]
+            for doc in query_change.revised:
+                written += [f"r|{doc}", orjson.dumps(state.revisions[doc]).decode()]
             for bucket, segment in query_change.dirty & state.groups.keys():
                 group = state.groups[(bucket, segment)]
                 encoded = orjson.dumps(group.to_dict(), option=orjson.OPT_NON_STR_KEYS).decode()
@@ -384,10 +385,12 @@ def _text(value: Any) -> str:
 
 def _state_from_fields(fields: Mapping[Any, Any]) -> QueryState:
     """A query state from its hash (the client returns bytes)."""
-    revisions = orjson.loads(fields[b"r"]) if b"r" in fields else {}
+    revisions = {}
     groups = []
     for name, value in fields.items():
-        if name.startswith(b"g|"):
+        if name.startswith(b"r|"):
+            revisions[name[2:].decode()] = orjson.loads(value)
+        elif name.startswith(b"g|"):
             _, bucket, segment = _text(name).split("|", 2)
             groups.append([int(bucket), segment, orjson.loads(value)])
     return QueryState.from_dict({"r": revisions, "g": groups})
