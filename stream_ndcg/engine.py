@@ -127,11 +127,13 @@ class QueryState:
             self.revisions[doc] = [revision]
             before, winner = None, revision
         else:
-            if revision in seen:
-                return None
             previous = self._winner(doc)
+            newer = precedence(revision) > precedence(previous)
+            # Every event seen ranks at most the winner: only an older one needs the search.
+            if not newer and revision in seen:
+                return None
             seen.append(revision)
-            before, winner = previous[2], max(previous, revision, key=precedence)
+            before, winner = previous[2], revision if newer else previous
         self._winners[doc] = winner
         after = winner[2]
         if self._grades is not None and after != before:
@@ -168,8 +170,8 @@ class QueryChange:
     groups: set[tuple[int, str]] = field(default_factory=set)
     # Documents whose current grade moved.
     docs: set[str] = field(default_factory=set)
-    # Documents that took a new judgment event (their grade may or may not have moved).
-    revised: set[str] = field(default_factory=set)
+    # The judgment events the batch added, per document (its grade may or may not have moved).
+    revised: dict[str, list[Revision]] = field(default_factory=dict)
     # Groups to write back: the new impressions' and every re-credited one.
     dirty: set[tuple[int, str]] = field(default_factory=set)
     # Groups dropped behind the horizon.
@@ -302,12 +304,13 @@ class Engine:
                 and event.ts < now_ms - self.judgment_max_age_ms):
             outcome.counts["rejected:too_old"] += 1
             return
-        moved = state.add_revision(event.doc_id, revision_of(event))
+        revision = revision_of(event)
+        moved = state.add_revision(event.doc_id, revision)
         if moved is None:
             outcome.counts["duplicate:judgment"] += 1
             return
         outcome.counts["judgment"] += 1
-        todo.revised.add(event.doc_id)
+        todo.revised.setdefault(event.doc_id, []).append(revision)
         if moved[0] != moved[1]:
             todo.docs.add(event.doc_id)
 

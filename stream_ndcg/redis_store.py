@@ -12,7 +12,8 @@ in one slot and one script can write it atomically):
                                        commit: greatest event time, or wall time with --clock wall)
     {ns:P}:counts              HASH    event counts: impression, judgment, duplicate:*, rejected:*
     {ns:P}:q:<query_id>        HASH    the query's state, TTL max(horizon, judgment TTL):
-                                       r|<doc> -> the document's judgment events (JSON),
+                                       r|<doc> -> the document's judgment events (JSON list,
+                                       appended to by each commit),
                                        g|<bucket>|<segment> -> group (JSON)
     {ns:P}:lists:<query_id>:<bucket>  HASH  JSON [segment, list] -> impressions showing it, TTL horizon
     {ns:P}:imp                 ZSET    impression ids applied, scored by their time bucket; pruned
@@ -66,6 +67,11 @@ local p = cjson.decode(ARGV[2])
 for _, s in ipairs(p.states) do
   for i = 1, #s[3], 200 do redis.call('HSET', KEYS[s[1]], unpack(s[3], i, math.min(i + 199, #s[3]))) end
   for i = 1, #s[4], 200 do redis.call('HDEL', KEYS[s[1]], unpack(s[4], i, math.min(i + 199, #s[4]))) end
+  for _, a in ipairs(s[5]) do
+    local held = redis.call('HGET', KEYS[s[1]], a[1])
+    local list = held and (string.sub(held, 1, -2) .. ',' .. a[2] .. ']') or ('[' .. a[2] .. ']')
+    redis.call('HSET', KEYS[s[1]], a[1], list)
+  end
   redis.call('PEXPIRE', KEYS[s[1]], s[2])
 end
 for _, s in ipairs(p.lists) do
@@ -265,14 +271,14 @@ class RedisStore:
         for query_id, state in outcome.touched.items():
             query_change = outcome.changes[query_id]
             written: list[str] = []
-            for doc in query_change.revised:
-                written += [f"r|{doc}", orjson.dumps(state.revisions[doc]).decode()]
+            # A document's events only grow: the script appends the batch's to the JSON list it holds.
+            appended = [[f"r|{doc}", orjson.dumps(new).decode()[1:-1]] for doc, new in query_change.revised.items()]
             for bucket, segment in query_change.dirty & state.groups.keys():
                 group = state.groups[(bucket, segment)]
                 encoded = orjson.dumps(group.to_dict(), option=orjson.OPT_NON_STR_KEYS).decode()
                 written += [f"g|{bucket}|{segment}", encoded]
             removed = [f"g|{bucket}|{segment}" for bucket, segment in query_change.removed]
-            states.append([index(self._key(partition, "q", query_id)), self.state_ttl_ms, written, removed])
+            states.append([index(self._key(partition, "q", query_id)), self.state_ttl_ms, written, removed, appended])
         clock = outcome.clock_ms
         now = time.time() * 1000 if self.wall_clock else clock
 
