@@ -80,7 +80,7 @@ _COERCE: dict[str, Callable[[Any], Any]] = {
     "topics": _csv, "k": _ints, "windows": _durations, "segment_labels": _csv,
     "bucket": parse_duration_ms, "grace": parse_duration_ms, "judgment_ttl": parse_duration_ms,
     "linger": parse_duration_ms, "batch_size": _int, "segment_cap": _int, "metrics_port": _int,
-    "max_results": _int, "max_message_bytes": _int, "state_cache_queries": _int, "require_key": _bool,
+    "max_results": _int, "max_message_bytes": _int, "state_cache_groups": _int, "require_key": _bool,
     "redis_cluster": _bool,
     "max_future": parse_duration_ms,
 }
@@ -106,7 +106,7 @@ class Settings:
     redis_ca_file: str = ""
     redis_cluster: bool = False
     namespace: str = "sndcg"
-    state_cache_queries: int = 2_000
+    state_cache_groups: int = 20_000
     k: tuple[int, ...] = (5, 10)
     gain: str = "exponential"
     ideal: str = "pool"
@@ -151,8 +151,8 @@ class Settings:
         for label in self.segment_labels:
             if not _LABEL.match(label) or label in _RESERVED_LABELS:
                 raise ConfigError(f"segment label {label!r} is not a usable Prometheus label name")
-        if self.state_cache_queries < 0:
-            raise ConfigError("state_cache_queries must not be negative")
+        if self.state_cache_groups < 0:
+            raise ConfigError("state_cache_groups must not be negative")
         if self.segment_cap < 1:
             raise ConfigError("segment_cap must be at least 1")
         if not 0 < self.metrics_port < 65536:

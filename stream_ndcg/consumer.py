@@ -7,7 +7,6 @@ and returns.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import queue
 import random
@@ -116,14 +115,27 @@ class SegmentProjector:
 
     OVERFLOW = "other"
     MISSING = "none"
+    # Segments seen, remembered with their projection (admission never changes its answer);
+    # forgotten all at once when this many, since producers may send any number of them.
+    REMEMBERED = 10_000
 
     def __init__(self, store: StateStore, labels: tuple[str, ...], cap: int) -> None:
         self.store = store
         self.labels = labels
         self.cap = cap
+        self._projections: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
 
     def project(self, event: Impression) -> Impression:
-        given = dict(event.segment)
+        projected = self._projections.get(event.segment)
+        if projected is None:
+            projected = self._project(event.segment)
+            if len(self._projections) >= self.REMEMBERED:
+                self._projections.clear()
+            self._projections[event.segment] = projected
+        return Impression(event.impression_id, event.query_id, event.ts, event.results, projected, event.event_id)
+
+    def _project(self, segment: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        given = dict(segment)
         projected = []
         for label in self.labels:
             value = given.get(label)
@@ -132,7 +144,7 @@ class SegmentProjector:
             elif value in (self.MISSING, self.OVERFLOW) or not self.store.admit(label, value, self.cap):
                 value = self.OVERFLOW
             projected.append((label, value))
-        return dataclasses.replace(event, segment=tuple(projected))
+        return tuple(projected)
 
 
 class StreamProcessor:

@@ -145,16 +145,13 @@ class RedisStore:
         horizon_ms: int,
         state_ttl_ms: int,
         wall_clock: bool = True,
-        cache_queries: int = 2_000,
+        cache_groups: int = 20_000,
         observe_round_trip: Callable[[float], None] = lambda seconds: None,
     ) -> None:
         self._client = client if isinstance(client, redis.Redis | redis.RedisCluster) else None
         self._connect = client if callable(client) else lambda: client
         self.namespace = namespace
-        self.cache_queries = cache_queries
-        # partition -> query -> (state, monotonic deadline): an entry is trusted only while
-        # Redis surely still holds the state it mirrors (its key's TTL runs from our write).
-        self._cache: dict[str, OrderedDict[str, tuple[QueryState, float]]] = {}
+        self._cache = _StateCache(cache_groups)
         self.bucket_ms = bucket_ms
         self.horizon_ms = horizon_ms
         self.state_ttl_ms = max(state_ttl_ms, horizon_ms)
@@ -183,7 +180,7 @@ class RedisStore:
         return ":".join([f"{{{self.namespace}:{partition}}}", *map(str, parts)])
 
     def claim(self, partition: str) -> str:
-        self._cache.pop(partition, None)
+        self._cache.forget(partition)
         with self._round_trip("claim"):
             epoch = uuid.uuid4().hex
             self.client.set(self._key(partition, "epoch"), epoch)
@@ -196,17 +193,12 @@ class RedisStore:
         return int(value) if value is not None else None
 
     def load(self, partition: str, query_ids: Collection[str], impressions: Mapping[str, int]) -> Snapshot:
-        cache = self._cache.setdefault(partition, OrderedDict())
         states: dict[str, QueryState] = {}
         now = time.monotonic()
         for query_id in query_ids:
-            cached = cache.get(query_id)
+            cached = self._cache.get(partition, query_id, now)
             if cached is not None:
-                if cached[1] > now:
-                    cache.move_to_end(query_id)
-                    states[query_id] = cached[0]
-                else:
-                    del cache[query_id]
+                states[query_id] = cached
         queries = [q for q in query_ids if q not in states]
         ids = list(impressions)
         with self._round_trip("load"):
@@ -237,27 +229,19 @@ class RedisStore:
                 results = pipe.execute()
         except StoreUnavailable:
             for commit in commits:
-                self._cache.pop(commit.partition, None)
+                self._cache.forget(commit.partition)
             raise
         refused = []
         for commit, result in zip(commits, results, strict=True):
             if result == 1:
-                self._remember(commit)
+                deadline = time.monotonic() + self.state_ttl_ms / 1000 * 0.9
+                self._cache.put(commit.partition, commit.outcome.touched, deadline)
             else:
-                self._cache.pop(commit.partition, None)
+                self._cache.forget(commit.partition)
                 reason = "claimed by a newer holder" if result == 0 else "not at the expected offset"
                 refused.append(f"{commit.partition} ({reason})")
         if refused:
             raise FencedError(f"batch not written for partition(s) {', '.join(refused)}")
-
-    def _remember(self, commit: Commit) -> None:
-        cache = self._cache.setdefault(commit.partition, OrderedDict())
-        deadline = time.monotonic() + self.state_ttl_ms / 1000 * 0.9
-        for query_id, state in commit.outcome.touched.items():
-            cache[query_id] = (state, deadline)
-            cache.move_to_end(query_id)
-        while len(cache) > self.cache_queries:
-            cache.popitem(last=False)
 
     def _payload(self, commit: Commit) -> tuple[list[str], str]:
         partition, outcome = commit.partition, commit.outcome
@@ -383,6 +367,49 @@ class RedisStore:
     def check(self) -> None:
         with self._round_trip("ping"):
             self.client.ping()
+
+
+class _StateCache:
+    """The query states this instance wrote, least recently used first out, bounded by their
+    groups (a group, one query's impressions in one bucket and segment, is what a state's size
+    grows with), across all partitions.
+
+    An entry is trusted only until its deadline, while Redis surely still holds the state it
+    mirrors (the key's TTL runs from our write).
+    """
+
+    def __init__(self, most_groups: int) -> None:
+        self.most_groups = most_groups
+        self.groups = 0
+        self._entries: OrderedDict[tuple[str, str], tuple[QueryState, float, int]] = OrderedDict()
+
+    def get(self, partition: str, query_id: str, now: float) -> QueryState | None:
+        entry = self._entries.get((partition, query_id))
+        if entry is None:
+            return None
+        if entry[1] <= now:
+            self._drop((partition, query_id))
+            return None
+        self._entries.move_to_end((partition, query_id))
+        return entry[0]
+
+    def put(self, partition: str, states: Mapping[str, QueryState], deadline: float) -> None:
+        for query_id, state in states.items():
+            key = (partition, query_id)
+            if key in self._entries:
+                self._drop(key)
+            weight = len(state.groups) + 1
+            self._entries[key] = (state, deadline, weight)
+            self.groups += weight
+        while self.groups > self.most_groups:
+            self._drop(next(iter(self._entries)))
+
+    def forget(self, partition: str) -> None:
+        for key in [key for key in self._entries if key[0] == partition]:
+            self._drop(key)
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        self.groups -= self._entries.pop(key)[2]
 
 
 def _text(value: Any) -> str:

@@ -31,7 +31,7 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
         horizon_ms=settings.horizon,
         state_ttl_ms=settings.judgment_ttl,
         wall_clock=settings.clock == "wall",
-        cache_queries=settings.state_cache_queries,
+        cache_groups=settings.state_cache_groups,
         observe_round_trip=lambda seconds: holder[0].redis_seconds.observe(seconds) if holder else None,
     )
     view = WindowView(cutoffs=settings.k, windows_ms=settings.windows, bucket_ms=settings.bucket,

@@ -33,7 +33,7 @@ def store(request: pytest.FixtureRequest) -> Iterator[StateStore]:
     # Without a cache every batch reads its query states back from Redis.
     yield RedisStore(client, namespace=f"c-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
                      state_ttl_ms=HORIZON, wall_clock=False,
-                     cache_queries=0 if request.param in ("redis-cold", "redis-cluster") else 1000)
+                     cache_groups=0 if request.param in ("redis-cold", "redis-cluster") else 1000)
     client.close()
 
 
