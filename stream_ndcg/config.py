@@ -81,7 +81,7 @@ _COERCE: dict[str, Callable[[Any], Any]] = {
     "bucket": parse_duration_ms, "grace": parse_duration_ms, "judgment_ttl": parse_duration_ms,
     "linger": parse_duration_ms, "batch_size": _int, "segment_cap": _int, "metrics_port": _int,
     "max_results": _int, "max_message_bytes": _int, "state_cache_groups": _int, "require_key": _bool,
-    "redis_cluster": _bool,
+    "redis_cluster": _bool, "rebuild": _bool,
     "max_future": parse_duration_ms,
 }
 
@@ -105,7 +105,9 @@ class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_ca_file: str = ""
     redis_cluster: bool = False
-    namespace: str = "sndcg"
+    rebuild: bool = False
+    # Empty: the group id, so that every consumer group has state of its own.
+    namespace: str = ""
     state_cache_groups: int = 20_000
     k: tuple[int, ...] = (5, 10)
     gain: str = "exponential"
@@ -161,8 +163,8 @@ class Settings:
             raise ConfigError("batch_size, max_results and max_message_bytes must be positive, linger not negative")
         if self.log_format not in ("text", "json"):
             raise ConfigError("log_format must be 'text' or 'json'")
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.namespace):
-            raise ConfigError("namespace may hold letters, digits, '_', '.' and '-' only")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.key_namespace):
+            raise ConfigError("namespace (by default the group id) may hold letters, digits, '_', '.' and '-' only")
         if urlsplit(self.redis_url).scheme not in ("redis", "rediss", "unix"):
             raise ConfigError("redis_url must be redis://, rediss:// or unix://")
         if self.redis_cluster and (urlsplit(self.redis_url).scheme == "unix"
@@ -183,6 +185,16 @@ class Settings:
     @property
     def measure(self) -> Measure:
         return Measure(cutoffs=self.k, gain=self.gain, ideal=self.ideal)  # type: ignore[arg-type]
+
+    @property
+    def key_namespace(self) -> str:
+        return self.namespace or self.group_id
+
+    @property
+    def metric_config(self) -> dict[str, object]:
+        """What the stored numbers mean: state built with other values cannot be continued."""
+        return {"k": list(self.k), "gain": self.gain, "ideal": self.ideal, "bucket": self.bucket,
+                "windows": list(self.windows), "segment_labels": list(self.segment_labels)}
 
     @property
     def horizon(self) -> int:

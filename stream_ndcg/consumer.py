@@ -12,7 +12,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -21,7 +21,7 @@ from kafka.errors import KafkaError, MessageSizeTooLargeError
 from kafka.structs import OffsetAndMetadata
 
 from stream_ndcg.engine import Engine
-from stream_ndcg.errors import BrokerUnavailable, FencedError, RecoverableError
+from stream_ndcg.errors import BrokerUnavailable, FencedError, RecoverableError, StoreUnavailable
 from stream_ndcg.events import Event, Impression, InvalidEvent, Judgment, Limits, parse_event
 from stream_ndcg.exporter import Exporter
 from stream_ndcg.store import Commit, StateStore
@@ -195,6 +195,8 @@ class StreamProcessor:
         dead_letters: DeadLetters | None = None,
         require_key: bool = True,
         max_future_ms: int = 86_400_000,
+        metric_config: Mapping[str, object] | None = None,
+        rebuild: bool = False,
     ) -> None:
         self._connect = connect
         self.store = store
@@ -211,6 +213,8 @@ class StreamProcessor:
         self.dead_letters = dead_letters
         self.require_key = require_key
         self.max_future_ms = max_future_ms
+        self.metric_config = metric_config or {}
+        self.rebuild = rebuild
         self.backoff = Backoff()
         self._shutdown = threading.Event()
         self._owned: dict[TopicPartition, str] = {}
@@ -232,7 +236,9 @@ class StreamProcessor:
         return self._healthy and not self._unclaimed
 
     def run(self) -> None:
-        if not self._connect_consumer():
+        """Consume until shutdown(); ConfigError if the stored state was built with another
+        metric configuration (and no rebuild was asked for)."""
+        if not self._adopt_metric_config() or not self._connect_consumer():
             return
         try:
             self._await_topics()
@@ -249,6 +255,24 @@ class StreamProcessor:
             self._commit_kafka_offsets()
             self.consumer.close(autocommit=False)
             logger.info("stopped")
+
+    def _adopt_metric_config(self) -> bool:
+        """Check the state's metric configuration, or record it, retrying while the store is
+        unreachable; False on shutdown."""
+        while not self._shutdown.is_set():
+            try:
+                if self.store.adopt(self.metric_config, rebuild=self.rebuild):
+                    logger.warning("state rebuilt for a new metric configuration: consuming from the beginning")
+                    self.auto_offset_reset = "earliest"
+                self.backoff.reset()
+                return True
+            except StoreUnavailable as exc:
+                self.exporter.backoffs.labels(cause=type(exc).__name__).inc()
+                delay = self.backoff.next_delay()
+                logger.warning("%s; retrying in %.1fs", exc, delay)
+                self._shutdown.wait(delay)
+        logger.info("stopped before reaching the store")
+        return False
 
     def _connect_consumer(self) -> bool:
         """Create the Kafka consumer, retrying while the brokers cannot be reached; False on shutdown."""

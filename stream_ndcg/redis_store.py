@@ -1,9 +1,13 @@
 """The Redis store: the key layout, and each batch committed atomically with its offset.
 
-Key layout (``ns`` is the namespace setting; ``{ns:P}`` is a Redis Cluster hash
-tag, so that everything of one input partition P = ``topic:partition`` lives
-in one slot and one script can write it atomically):
+Key layout (``ns`` is the namespace setting, followed by ``#<generation>`` once
+the state has been rebuilt for a new metric configuration; ``{ns:P}`` is a Redis
+Cluster hash tag, so that everything of one input partition P =
+``topic:partition`` lives in one slot and one script can write it atomically):
 
+    {ns}:config                STRING  the metric configuration the state is built with (JSON)
+    {ns}:generation            STRING  how many times it was rebuilt; the keys of earlier
+                                       generations expire, or are a few small keys per partition
     ns:partitions              SET     every partition ever claimed (for scrapes)
     ns:segment:<label>         SET     the admitted values of a segment label (at most the cap)
     {ns:P}:epoch               STRING  fencing token: a random one per claim, so that even a Redis
@@ -55,8 +59,8 @@ import redis
 from redis.exceptions import MovedError, RedisClusterException, RedisError
 
 from stream_ndcg.engine import AggregateKey, QueryState
-from stream_ndcg.errors import FencedError, StoreUnavailable
-from stream_ndcg.store import Commit, Snapshot
+from stream_ndcg.errors import ConfigError, FencedError, StoreUnavailable
+from stream_ndcg.store import Commit, Snapshot, config_difference
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +102,16 @@ if p.prune ~= cjson.null then
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. p.prune)
 end
 return 1
+"""
+
+_ADOPT = """
+local held = redis.call('GET', KEYS[1])
+local generation = tonumber(redis.call('GET', KEYS[2]) or '0')
+if held == ARGV[1] then return {generation, 0, held} end
+if held and ARGV[2] ~= '1' then return {-1, 0, held} end
+if held then generation = redis.call('INCR', KEYS[2]) end
+redis.call('SET', KEYS[1], ARGV[1])
+return {generation, held and 1 or 0, ARGV[1]}
 """
 
 _ADMIT = """
@@ -151,6 +165,8 @@ class RedisStore:
         self._client = client if isinstance(client, redis.Redis | redis.RedisCluster) else None
         self._connect = client if callable(client) else lambda: client
         self.namespace = namespace
+        # Where this instance's keys live: the namespace, and a generation after each rebuild.
+        self._space = namespace
         self._cache = _StateCache(cache_groups)
         self.bucket_ms = bucket_ms
         self.horizon_ms = horizon_ms
@@ -177,14 +193,26 @@ class RedisStore:
             self._observe(time.perf_counter() - started)
 
     def _key(self, partition: str, *parts: object) -> str:
-        return ":".join([f"{{{self.namespace}:{partition}}}", *map(str, parts)])
+        return ":".join([f"{{{self._space}:{partition}}}", *map(str, parts)])
+
+    def adopt(self, config: Mapping[str, object], *, rebuild: bool = False) -> bool:
+        wanted = orjson.dumps(config, option=orjson.OPT_SORT_KEYS).decode()
+        keys = [f"{{{self.namespace}}}:config", f"{{{self.namespace}}}:generation"]
+        with self._round_trip("configuration check"):
+            generation, rebuilt, held = self.client.eval(_ADOPT, 2, *keys, wanted, "1" if rebuild else "0")
+        if generation < 0:
+            raise ConfigError(config_difference(orjson.loads(held), orjson.loads(wanted)))
+        self._space = self.namespace if generation == 0 else f"{self.namespace}#{generation}"
+        self._cache.forget_all()
+        self._admitted.clear()
+        return bool(rebuilt)
 
     def claim(self, partition: str) -> str:
         self._cache.forget(partition)
         with self._round_trip("claim"):
             epoch = uuid.uuid4().hex
             self.client.set(self._key(partition, "epoch"), epoch)
-            self.client.sadd(f"{self.namespace}:partitions", partition)
+            self.client.sadd(f"{self._space}:partitions", partition)
         return epoch
 
     def next_offset(self, partition: str) -> int | None:
@@ -309,7 +337,7 @@ class RedisStore:
 
     def partitions(self) -> list[str]:
         with self._round_trip("partition list"):
-            members = self.client.smembers(f"{self.namespace}:partitions")
+            members = self.client.smembers(f"{self._space}:partitions")
         return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
 
     def aggregates(self, since_bucket: int | None = None) -> dict[AggregateKey, float]:
@@ -360,7 +388,7 @@ class RedisStore:
         cached = self._admitted.get((label, value))
         if cached is None:
             with self._round_trip("segment admission"):
-                cached = bool(self.client.eval(_ADMIT, 1, f"{self.namespace}:segment:{label}", value, str(cap)))
+                cached = bool(self.client.eval(_ADMIT, 1, f"{self._space}:segment:{label}", value, str(cap)))
             self._admitted[(label, value)] = cached
         return cached
 
@@ -407,6 +435,10 @@ class _StateCache:
     def forget(self, partition: str) -> None:
         for key in [key for key in self._entries if key[0] == partition]:
             self._drop(key)
+
+    def forget_all(self) -> None:
+        self._entries.clear()
+        self.groups = 0
 
     def _drop(self, key: tuple[str, str]) -> None:
         self.groups -= self._entries.pop(key)[2]

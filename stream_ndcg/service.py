@@ -26,7 +26,7 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
     holder: list[Exporter] = []
     store = RedisStore(
         lambda: connect(settings.redis_url, cluster=settings.redis_cluster, ca_file=settings.redis_ca_file),
-        namespace=settings.namespace,
+        namespace=settings.key_namespace,
         bucket_ms=settings.bucket,
         horizon_ms=settings.horizon,
         state_ttl_ms=settings.judgment_ttl,
@@ -74,6 +74,8 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
         if settings.dead_letter_topic else None,
         require_key=settings.require_key,
         max_future_ms=settings.max_future,
+        metric_config=settings.metric_config,
+        rebuild=settings.rebuild,
     )
     return processor, exporter
 

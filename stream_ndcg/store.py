@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from stream_ndcg.engine import AggregateKey, BatchOutcome, QueryState
-from stream_ndcg.errors import FencedError
+from stream_ndcg.errors import ConfigError, FencedError
 
 
 @dataclass
@@ -45,6 +45,16 @@ class Commit:
     outcome: BatchOutcome
     next_offset: int
     expected_offset: int | None
+
+
+def config_difference(recorded: Mapping[str, object], configured: Mapping[str, object]) -> str:
+    """What an operator needs to read when the configuration no longer matches the state."""
+    differs = sorted(set(recorded) | set(configured))
+    changes = "; ".join(f"{name}: state built with {recorded.get(name)!r}, configured {configured.get(name)!r}"
+                        for name in differs if recorded.get(name) != configured.get(name))
+    return (f"the stored state was built with another metric configuration ({changes}); "
+            "start once with rebuild=true to recompute from the beginning of the topics, "
+            "or use another namespace")
 
 
 class StateStore(Protocol):
@@ -91,6 +101,15 @@ class StateStore(Protocol):
         """Raise StoreUnavailable if the store cannot be reached."""
         ...
 
+    def adopt(self, config: Mapping[str, object], *, rebuild: bool = False) -> bool:
+        """Build on state made with `config` (what the numbers mean: cut-offs, gain, ideal...).
+
+        The first start records it. A later start with another one raises ConfigError saying
+        what differs, unless `rebuild`: then it is recorded instead and the store starts afresh
+        (a new generation of keys, with no offsets: consume from the beginning). True if it did.
+        """
+        ...
+
 
 @dataclass
 class _Partition:
@@ -118,6 +137,21 @@ class MemoryStore:
         self._counts: Counter[str] = Counter()
         self._segment_values: dict[str, set[str]] = {}
         self._claims = 0
+        self._config: dict[str, object] | None = None
+
+    def adopt(self, config: Mapping[str, object], *, rebuild: bool = False) -> bool:
+        recorded = self._config
+        self._config = dict(config)
+        if recorded is None or recorded == self._config:
+            return False
+        if not rebuild:
+            self._config = recorded
+            raise ConfigError(config_difference(recorded, config))
+        self._partitions.clear()
+        self._aggregates.clear()
+        self._counts.clear()
+        self._segment_values.clear()
+        return True
 
     def _partition(self, name: str) -> _Partition:
         return self._partitions.setdefault(name, _Partition())

@@ -98,14 +98,20 @@ def test_an_acl_user_limited_to_the_service_commands_can_run_on_the_cluster(
         with redis.Redis(port=node.port) as admin:
             admin.execute_command("ACL", "SETUSER", user, *SERVICE_ACL, *CLUSTER_ACL)
     url = redis_cluster.url.replace("redis://", f"redis://{user}:{REDIS_PASSWORD}@")
-    store = RedisStore(connect(url, cluster=True), namespace=f"acl-{uuid.uuid4().hex[:6]}", bucket_ms=BUCKET,
+    client = connect(url, cluster=True)
+    store = RedisStore(client, namespace=f"acl-{uuid.uuid4().hex[:6]}", bucket_ms=BUCKET,
                        horizon_ms=HORIZON, state_ttl_ms=HORIZON, wall_clock=False)
     engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
     messages = [v for _, v in Simulator(SimulationSpec(events=500, seed=8, queries=20, rate=50.0)).messages()]
-    for partition in ("t:0", "t:1", "t:2"):
-        apply(store, engine, partition, store.claim(partition), messages, 500)
-    assert store.counts()["impression"] > 0
-    assert store.aggregates()
-    assert store.clock_ms() is not None
-    assert store.admit("variant", "A", 5)
-    store.check()
+    try:
+        assert store.adopt({"k": [3, 10]}) is False
+        for partition in ("t:0", "t:1", "t:2"):
+            apply(store, engine, partition, store.claim(partition), messages, 500)
+        assert store.counts()["impression"] > 0
+        assert store.aggregates()
+        assert store.clock_ms() is not None
+        assert store.admit("variant", "A", 5)
+        store.check()
+        assert store.adopt({"k": [3, 5]}, rebuild=True) is True
+    finally:
+        client.close()

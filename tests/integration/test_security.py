@@ -24,7 +24,7 @@ REDIS_PASSWORD = "redis-Secret-0815"
 SERVICE_ACL = ("on", f">{REDIS_PASSWORD}", "~*", "resetchannels", "-@all",
                "+ping", "+hello", "+auth", "+select", "+get", "+set", "+hget", "+hgetall",
                "+zmscore", "+smembers", "+sadd", "+sismember", "+scard",
-               "+eval",
+               "+eval", "+incr",
                "+zrangebyscore", "+zadd", "+zremrangebyscore", "+hset", "+hdel", "+hincrby", "+hincrbyfloat",
                "+pexpire")
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from stream_ndcg.devenv import KafkaBroker, RedisServer
+from stream_ndcg.devenv import KafkaBroker, RedisServer, free_port
 from stream_ndcg.metric import Measure
 from stream_ndcg.replay import Replay
 from stream_ndcg.service import produce
@@ -34,8 +37,8 @@ def simulated(events: int, seed: int, malformed: float = 0.01) -> list[tuple[byt
     return list(Simulator(spec).messages())
 
 
-def replay_of(messages: list[tuple[bytes, bytes]]) -> dict[str, object]:
-    replay = Replay(Measure(cutoffs=CUTOFFS))
+def replay_of(messages: list[tuple[bytes, bytes]], cutoffs: tuple[int, ...] = CUTOFFS) -> dict[str, object]:
+    replay = Replay(Measure(cutoffs=cutoffs))
     for _, value in messages:
         replay.add(value)
     return replay.summary()
@@ -220,3 +223,31 @@ def test_three_instances_over_twelve_partitions_report_what_one_instance_reports
     assert expect_equal_to_replay(single, summary, "1d", CUTOFFS) == 2 * 2 * 3
     for service in (alone, *group[1:]):
         assert service.stop() == 0
+
+
+def test_a_changed_metric_configuration_is_refused_until_a_rebuild_recomputes_from_the_beginning(
+        kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
+    topic = create_topic(kafka.bootstrap, partitions=2)
+    messages = simulated(6_000, seed=81)
+    send(kafka.bootstrap, topic, messages)
+    env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d")
+    first = Service(env, tmp_path)
+    services.append(first)
+    first.start()
+    wait_for_messages(first, len(messages))
+    assert first.stop() == 0
+
+    changed = dict(env, STREAM_NDCG_K="5,10,20")
+    refused = subprocess.run([sys.executable, "-m", "stream_ndcg.cli", "run"], env=dict(os.environ, **changed,
+                             STREAM_NDCG_METRICS_PORT=str(free_port())), capture_output=True, text=True, timeout=120, check=False)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "k: state built with [5, 10], configured [5, 10, 20]" in refused.stderr
+    assert "rebuild" in refused.stderr
+
+    rebuilt = Service(dict(changed, STREAM_NDCG_REBUILD="true"), tmp_path)
+    services.append(rebuilt)
+    rebuilt.start()
+    samples = wait_for_messages(rebuilt, len(messages))
+    assert expect_equal_to_replay(samples, replay_of(messages, cutoffs=(5, 10, 20)), "1d", (5, 10, 20)) == 2 * 3 * 3
+    assert "state rebuilt for a new metric configuration" in rebuilt.logs()
+    assert rebuilt.stop() == 0

@@ -10,7 +10,7 @@ import redis
 
 from stream_ndcg.devenv import RedisClusterNodes
 from stream_ndcg.engine import Engine, window_means
-from stream_ndcg.errors import FencedError, StoreUnavailable
+from stream_ndcg.errors import ConfigError, FencedError, StoreUnavailable
 from stream_ndcg.events import Impression, InvalidEvent, parse_event
 from stream_ndcg.metric import Measure
 from stream_ndcg.redis_store import RedisStore, connect
@@ -162,9 +162,32 @@ def test_an_unreachable_cluster_is_a_recoverable_error_retried_on_the_next_round
 
 
 def test_a_single_server_client_pointed_at_a_cluster_says_how_to_fix_it(redis_cluster: RedisClusterNodes) -> None:
-    store = RedisStore(redis.Redis.from_url(redis_cluster.url), namespace="misconfigured", bucket_ms=BUCKET,
-                       horizon_ms=HORIZON, state_ttl_ms=HORIZON)
-    # Some of these partitions' slots are on other nodes than the one in the URL.
-    with pytest.raises(StoreUnavailable, match="set redis_cluster"):
-        for partition in range(20):
-            store.claim(f"t:{partition}")
+    with redis.Redis.from_url(redis_cluster.url) as client:
+        store = RedisStore(client, namespace="misconfigured", bucket_ms=BUCKET, horizon_ms=HORIZON,
+                           state_ttl_ms=HORIZON)
+        # Some of these partitions' slots are on other nodes than the one in the URL.
+        with pytest.raises(StoreUnavailable, match="set redis_cluster"):
+            for partition in range(20):
+                store.claim(f"t:{partition}")
+
+
+def test_state_built_with_another_metric_configuration_is_refused_unless_rebuilt(store: StateStore) -> None:
+    linear = {"k": [3, 10], "gain": "linear", "ideal": "pool"}
+    exponential = dict(linear, gain="exponential")
+    assert store.adopt(linear) is False
+    assert store.adopt(linear) is False
+    engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+    t0 = 1_763_683_200_000
+    shown = b'{"type":"impression","impression_id":"i","query_id":"q","ts":%d,"results":["a"]}' % t0
+    apply(store, engine, "t:0", store.claim("t:0"), [shown], 1)
+    with pytest.raises(ConfigError, match="gain: state built with 'linear', configured 'exponential'"):
+        store.adopt(exponential)
+    assert store.counts()["impression"] == 1
+    assert store.adopt(exponential, rebuild=True) is True
+    assert store.next_offset("t:0") is None
+    assert not store.counts() and not store.aggregates() and store.ranked_lists("t:0", "q") == {}
+    apply(store, engine, "t:0", store.claim("t:0"), [shown], 1)
+    assert store.counts()["impression"] == 1
+    assert store.adopt(exponential, rebuild=True) is False
+    with pytest.raises(ConfigError, match="gain"):
+        store.adopt(linear)

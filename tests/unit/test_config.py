@@ -47,11 +47,23 @@ def test_defaults() -> None:
     ({"redis_cluster": "true", "redis_url": "redis://127.0.0.1:7000/2"}, "database 0"),
     ({"redis_cluster": "true", "redis_url": "unix:///run/redis.sock"}, "TCP"),
     ({"redis_cluster": "sometimes"}, "boolean"),
+    ({"group_id": "team/search"}, "namespace \\(by default the group id\\)"),
     ({"colour": "blue"}, "unknown setting"),
 ])
 def test_invalid_settings_are_refused_with_a_reason(flags: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         Settings.load(flags=flags)
+
+
+def test_the_namespace_is_the_group_id_unless_set() -> None:
+    assert Settings.load(flags={"group_id": "ranker-eval"}).key_namespace == "ranker-eval"
+    assert Settings.load(flags={"group_id": "ranker-eval", "namespace": "shared"}).key_namespace == "shared"
+
+
+def test_the_metric_configuration_names_what_the_numbers_mean() -> None:
+    config = Settings.load(flags={"k": "3,10", "gain": "linear", "windows": "5m,1h"}).metric_config
+    assert config == {"k": [3, 10], "gain": "linear", "ideal": "pool", "bucket": 60_000,
+                      "windows": [300_000, 3_600_000], "segment_labels": ["variant"]}
 
 
 def test_durations() -> None:
