@@ -238,8 +238,9 @@ def test_a_changed_metric_configuration_is_refused_until_a_rebuild_recomputes_fr
     assert first.stop() == 0
 
     changed = dict(env, STREAM_NDCG_K="5,10,20")
-    refused = subprocess.run([sys.executable, "-m", "stream_ndcg.cli", "run"], env=dict(os.environ, **changed,
-                             STREAM_NDCG_METRICS_PORT=str(free_port())), capture_output=True, text=True, timeout=120, check=False)
+    refused = subprocess.run([sys.executable, "-m", "stream_ndcg.cli", "run"],
+                             env=dict(os.environ, **changed, STREAM_NDCG_METRICS_PORT=str(free_port())),
+                             capture_output=True, text=True, timeout=120, check=False)
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert "k: state built with [5, 10], configured [5, 10, 20]" in refused.stderr
     assert "rebuild" in refused.stderr
