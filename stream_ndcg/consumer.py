@@ -327,8 +327,9 @@ class StreamProcessor:
     def _coordinator_lost(self) -> bool:
         """Whether the consumer has lost its group coordinator, as it does within seconds of the
         brokers going away. kafka-python's poll() just returns nothing while no broker answers
-        and it has no public health signal, so this reads its coordinator's own view."""
-        return bool(self.consumer._coordinator.coordinator_unknown())
+        and it has no public health signal, so this reads what poll() itself last found (an
+        attribute only: the coordinator's methods act on the client, which is the IO thread's)."""
+        return self.consumer._coordinator.coordinator_id is None
 
     def _recover(self, exc: RecoverableError) -> None:
         self._set_healthy(False)
