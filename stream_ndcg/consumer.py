@@ -12,7 +12,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -20,6 +20,7 @@ from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import KafkaError, MessageSizeTooLargeError
 from kafka.structs import OffsetAndMetadata
 
+from stream_ndcg.config import Settings
 from stream_ndcg.engine import Engine
 from stream_ndcg.errors import BrokerUnavailable, FencedError, RecoverableError, StoreUnavailable
 from stream_ndcg.events import Event, Impression, InvalidEvent, Judgment, Limits, parse_event
@@ -183,38 +184,24 @@ class StreamProcessor:
         store: StateStore,
         engine: Engine,
         exporter: Exporter,
+        settings: Settings,
         *,
-        topics: tuple[str, ...],
-        batch_size: int = 500,
-        linger_ms: int = 100,
-        limits: Limits | None = None,
         projector: SegmentProjector | None = None,
-        event_clock: bool = False,
-        auto_offset_reset: str = "earliest",
-        clock: Callable[[], float] = time.time,
         dead_letters: DeadLetters | None = None,
-        require_key: bool = True,
-        max_future_ms: int = 86_400_000,
-        metric_config: Mapping[str, object] | None = None,
-        rebuild: bool = False,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._connect = connect
         self.store = store
         self.engine = engine
         self.exporter = exporter
-        self.topics = topics
-        self.batch_size = batch_size
-        self.linger_ms = linger_ms
-        self.limits = limits or Limits()
+        self.settings = settings
+        self.limits = Limits(max_results=settings.max_results, max_message_bytes=settings.max_message_bytes)
+        self.event_clock = settings.clock == "event"
+        # Where a partition with no stored offset starts: the setting, or the beginning after a rebuild.
+        self.start_from = settings.auto_offset_reset
         self.projector = projector
-        self.event_clock = event_clock
-        self.auto_offset_reset = auto_offset_reset
-        self.clock = clock
         self.dead_letters = dead_letters
-        self.require_key = require_key
-        self.max_future_ms = max_future_ms
-        self.metric_config = metric_config or {}
-        self.rebuild = rebuild
+        self.clock = clock
         self.backoff = Backoff()
         self._shutdown = threading.Event()
         self._owned: dict[TopicPartition, str] = {}
@@ -242,8 +229,8 @@ class StreamProcessor:
             return
         try:
             self._await_topics()
-            self.consumer.subscribe(list(self.topics), listener=_Rebalance(self._rebalances))
-            logger.info("consuming %s", ", ".join(self.topics))
+            self.consumer.subscribe(list(self.settings.topics), listener=_Rebalance(self._rebalances))
+            logger.info("consuming %s", ", ".join(self.settings.topics))
             while not self._shutdown.is_set():
                 try:
                     self._cycle()
@@ -261,9 +248,9 @@ class StreamProcessor:
         unreachable; False on shutdown."""
         while not self._shutdown.is_set():
             try:
-                if self.store.adopt(self.metric_config, rebuild=self.rebuild):
+                if self.store.adopt(self.settings.metric_config, rebuild=self.settings.rebuild):
                     logger.warning("state rebuilt for a new metric configuration: consuming from the beginning")
-                    self.auto_offset_reset = "earliest"
+                    self.start_from = "earliest"
                 self.backoff.reset()
                 return True
             except StoreUnavailable as exc:
@@ -293,7 +280,7 @@ class StreamProcessor:
         """Wait until the broker knows every topic's partitions. Joining the group before that
         gives an empty assignment and a second rebalance at once, a race that kafka-python
         3.0 can lose (a member then waits for an assignment that never comes)."""
-        missing = list(self.topics)
+        missing = list(self.settings.topics)
         while missing and not self._shutdown.is_set():
             try:
                 missing = [t for t in missing if not self.consumer.partitions_for_topic(t)]
@@ -307,7 +294,7 @@ class StreamProcessor:
 
     def _cycle(self) -> None:
         try:
-            polled = self.consumer.poll(timeout_ms=self.linger_ms, max_records=self.batch_size)
+            polled = self.consumer.poll(timeout_ms=self.settings.linger, max_records=self.settings.batch_size)
         except KafkaError as exc:
             raise BrokerUnavailable(f"Kafka poll failed: {type(exc).__name__}: {exc}") from exc
         self._apply_rebalances()
@@ -400,14 +387,14 @@ class StreamProcessor:
             if offset is not None:
                 self.consumer.seek(tp, offset)
                 self._next_offsets[tp] = offset
-            elif self.auto_offset_reset == "earliest":
+            elif self.start_from == "earliest":
                 self.consumer.seek_to_beginning(tp)
             else:
                 self.consumer.seek_to_end(tp)
             self._owned[tp] = epoch
             self._unclaimed.discard(tp)
             logger.info("claimed %s (epoch %s), resuming at offset %s", name, epoch,
-                        offset if offset is not None else self.auto_offset_reset)
+                        offset if offset is not None else self.start_from)
         self.exporter.assigned_partitions.set(len(self._owned))
 
     # -- batches -----------------------------------------------------------
@@ -468,10 +455,10 @@ class StreamProcessor:
         event = parse_event(record.value, self.limits)
         if isinstance(event, InvalidEvent):
             return event
-        if self.require_key and not record.key:
+        if self.settings.require_key and not record.key:
             return InvalidEvent("missing_key", "messages must be keyed by query_id")
-        if event.ts > now_ms + self.max_future_ms:
-            return InvalidEvent("ts_in_future", f"ts {event.ts} is more than {self.max_future_ms} ms ahead")
+        if event.ts > now_ms + self.settings.max_future:
+            return InvalidEvent("ts_in_future", f"ts {event.ts} is more than {self.settings.max_future} ms ahead")
         if isinstance(event, Impression) and self.projector is not None:
             return self.projector.project(event)
         return event

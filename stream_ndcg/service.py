@@ -14,7 +14,6 @@ from prometheus_client import CollectorRegistry
 from stream_ndcg.config import Settings
 from stream_ndcg.consumer import DeadLetters, SegmentProjector, StreamProcessor
 from stream_ndcg.engine import Engine
-from stream_ndcg.events import Limits
 from stream_ndcg.exporter import Exporter, WindowView
 from stream_ndcg.redis_store import RedisStore, connect
 
@@ -61,21 +60,11 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
         metadata_max_age_ms=30_000,
     )
     processor = StreamProcessor(
-        lambda: KafkaConsumer(**consumer_options), store, engine, exporter,
-        topics=settings.topics,
-        batch_size=settings.batch_size,
-        linger_ms=settings.linger,
-        limits=Limits(max_results=settings.max_results, max_message_bytes=settings.max_message_bytes),
+        lambda: KafkaConsumer(**consumer_options), store, engine, exporter, settings,
         projector=SegmentProjector(store, settings.segment_labels, settings.segment_cap),
-        event_clock=settings.clock == "event",
-        auto_offset_reset=settings.auto_offset_reset,
         dead_letters=DeadLetters(lambda: KafkaProducer(**kafka_options, acks="all", linger_ms=5),
                                  settings.dead_letter_topic, exporter.dead_letters_dropped.inc)
         if settings.dead_letter_topic else None,
-        require_key=settings.require_key,
-        max_future_ms=settings.max_future,
-        metric_config=settings.metric_config,
-        rebuild=settings.rebuild,
     )
     return processor, exporter
 
