@@ -22,7 +22,7 @@ from kafka.structs import OffsetAndMetadata
 
 from stream_ndcg.config import Settings
 from stream_ndcg.engine import Engine
-from stream_ndcg.errors import BrokerUnavailable, FencedError, RecoverableError, StoreUnavailable
+from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled, FencedError, RecoverableError, StoreUnavailable
 from stream_ndcg.events import Event, Impression, InvalidEvent, Judgment, Limits, parse_event
 from stream_ndcg.exporter import Exporter
 from stream_ndcg.store import Commit, StateStore
@@ -176,6 +176,8 @@ class StreamProcessor:
     """
 
     IDLE_CHECK_S = 2.0
+    # After this long without records from a partition, ask the brokers whether it has some.
+    STALL_CHECK_S = 15.0
     consumer: KafkaConsumer
 
     def __init__(
@@ -211,6 +213,9 @@ class StreamProcessor:
         self._stored_offsets: dict[TopicPartition, int | None] = {}
         self._healthy = False
         self._last_contact = time.monotonic()
+        # When each owned partition last gave records (or was claimed).
+        self._last_records: dict[TopicPartition, float] = {}
+        self._next_stall_check = 0.0  # set on subscribing
         self._rebalances: queue.SimpleQueue[tuple[str, list[TopicPartition]]] = queue.SimpleQueue()
 
     # -- lifecycle ---------------------------------------------------------
@@ -228,9 +233,7 @@ class StreamProcessor:
         if not self._adopt_metric_config() or not self._connect_consumer():
             return
         try:
-            self._await_topics()
-            self.consumer.subscribe(list(self.settings.topics), listener=_Rebalance(self._rebalances))
-            logger.info("consuming %s", ", ".join(self.settings.topics))
+            self._subscribe()
             while not self._shutdown.is_set():
                 try:
                     self._cycle()
@@ -242,6 +245,13 @@ class StreamProcessor:
             self._commit_kafka_offsets()
             self.consumer.close(autocommit=False)
             logger.info("stopped")
+
+    def _subscribe(self) -> None:
+        self._await_topics()
+        self._rebalances = queue.SimpleQueue()
+        self.consumer.subscribe(list(self.settings.topics), listener=_Rebalance(self._rebalances))
+        self._next_stall_check = time.monotonic() + self.STALL_CHECK_S
+        logger.info("consuming %s", ", ".join(self.settings.topics))
 
     def _adopt_metric_config(self) -> bool:
         """Check the state's metric configuration, or record it, retrying while the store is
@@ -302,12 +312,15 @@ class StreamProcessor:
         if batch:
             self._process(batch)
             self._last_contact = time.monotonic()
+            self._last_records.update(dict.fromkeys(batch, self._last_contact))
         elif not polled and self._coordinator_lost():
             raise BrokerUnavailable("Kafka group coordinator unreachable")
         elif time.monotonic() - self._last_contact > self.IDLE_CHECK_S:
             # Idle: nothing would notice a Redis outage, yet /readyz must tell it.
             self.store.check()
             self._last_contact = time.monotonic()
+        if time.monotonic() > self._next_stall_check:
+            self._check_stalled()
         self._claim_pending()
         self._report_lag()
 
@@ -318,6 +331,23 @@ class StreamProcessor:
         attribute only: the coordinator's methods act on the client, which is the IO thread's)."""
         return self.consumer._coordinator.coordinator_id is None
 
+    def _check_stalled(self) -> None:
+        """ConsumerStalled if an owned partition that gave no records lately has some past our position."""
+        now = time.monotonic()
+        self._next_stall_check = now + self.STALL_CHECK_S
+        quiet = sorted((tp for tp in self._owned if now - self._last_records.get(tp, now) > self.STALL_CHECK_S),
+                       key=partition_name)
+        if not quiet:
+            return
+        try:
+            ends = self.consumer.end_offsets(quiet, timeout_ms=5_000)
+            behind = [tp for tp in quiet if ends.get(tp, 0) > self.consumer.position(tp, timeout_ms=5_000)]
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"Kafka offsets unavailable: {type(exc).__name__}: {exc}") from exc
+        if behind:
+            raise ConsumerStalled(f"no records for {self.STALL_CHECK_S:.0f}s while "
+                                  f"{', '.join(map(partition_name, behind))} have some: rejoining the group")
+
     def _recover(self, exc: RecoverableError) -> None:
         self._set_healthy(False)
         self.exporter.backoffs.labels(cause=type(exc).__name__).inc()
@@ -327,6 +357,10 @@ class StreamProcessor:
         delay = self.backoff.next_delay()
         logger.warning("%s; retrying in %.1fs", exc, delay)
         self._shutdown.wait(delay)
+        if isinstance(exc, ConsumerStalled) and not self._shutdown.is_set():
+            self.consumer.close(autocommit=False)
+            if self._connect_consumer():
+                self._subscribe()
 
     def _set_healthy(self, healthy: bool) -> None:
         if healthy != self._healthy:
@@ -392,6 +426,7 @@ class StreamProcessor:
             else:
                 self.consumer.seek_to_end(tp)
             self._owned[tp] = epoch
+            self._last_records[tp] = time.monotonic()
             self._unclaimed.discard(tp)
             logger.info("claimed %s (epoch %s), resuming at offset %s", name, epoch,
                         offset if offset is not None else self.start_from)

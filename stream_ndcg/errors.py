@@ -4,7 +4,8 @@
     ├── ConfigError                 settings that cannot work; raised at start-up, fatal
     ├── RecoverableError            the world is broken for now: back off, retry, never exit
     │   ├── StoreUnavailable        Redis cannot be reached or failed mid-command
-    │   └── BrokerUnavailable       Kafka cannot be reached
+    │   ├── BrokerUnavailable       Kafka cannot be reached
+    │   └── ConsumerStalled         Kafka has records for us, the consumer returns none: rejoin
     └── FencedError                 another instance claimed the partition: drop it, do not write
 
 Bad input is not an exception: `events.parse_event` returns an `InvalidEvent`,
@@ -32,6 +33,11 @@ class StoreUnavailable(RecoverableError):
 
 class BrokerUnavailable(RecoverableError):
     """Kafka is unreachable."""
+
+
+class ConsumerStalled(RecoverableError):
+    """The consumer returns no records for partitions that have some (a kafka-python 3.0 fault
+    after some rebalances, dpkp/kafka-python#3131): only a new consumer recovers."""
 
 
 class FencedError(StreamNdcgError):
