@@ -264,10 +264,7 @@ class StreamProcessor:
                 self.backoff.reset()
                 return True
             except StoreUnavailable as exc:
-                self.exporter.backoffs.labels(cause=type(exc).__name__).inc()
-                delay = self.backoff.next_delay()
-                logger.warning("%s; retrying in %.1fs", exc, delay)
-                self._shutdown.wait(delay)
+                self._back_off(type(exc).__name__, str(exc))
         logger.info("stopped before reaching the store")
         return False
 
@@ -279,10 +276,7 @@ class StreamProcessor:
                 self.backoff.reset()
                 return True
             except KafkaError as exc:
-                self.exporter.backoffs.labels(cause="BrokerUnavailable").inc()
-                delay = self.backoff.next_delay()
-                logger.warning("Kafka unreachable (%s); retrying in %.1fs", type(exc).__name__, delay)
-                self._shutdown.wait(delay)
+                self._back_off("BrokerUnavailable", f"Kafka unreachable ({type(exc).__name__})")
         logger.info("stopped before connecting to Kafka")
         return False
 
@@ -350,17 +344,21 @@ class StreamProcessor:
 
     def _recover(self, exc: RecoverableError) -> None:
         self._set_healthy(False)
-        self.exporter.backoffs.labels(cause=type(exc).__name__).inc()
         # A commit whose reply was lost may have landed: trust only the stored offsets.
         self._unclaimed.update(self._owned)
         self._owned.clear()
-        delay = self.backoff.next_delay()
-        logger.warning("%s; retrying in %.1fs", exc, delay)
-        self._shutdown.wait(delay)
+        self._back_off(type(exc).__name__, str(exc))
         if isinstance(exc, ConsumerStalled) and not self._shutdown.is_set():
             self.consumer.close(autocommit=False)
             if self._connect_consumer():
                 self._subscribe()
+
+    def _back_off(self, cause: str, fault: str) -> None:
+        """Count the fault by cause, say so, and wait a jittered delay (cut short by shutdown)."""
+        self.exporter.backoffs.labels(cause=cause).inc()
+        delay = self.backoff.next_delay()
+        logger.warning("%s; retrying in %.1fs", fault, delay)
+        self._shutdown.wait(delay)
 
     def _set_healthy(self, healthy: bool) -> None:
         if healthy != self._healthy:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,15 +29,18 @@ PARTITIONS = 6
 CLUSTER_ACL = ("+cluster|slots", "+command")
 
 
-def node_of(cluster: RedisClusterNodes, key: str) -> int:
-    """Which node holds `key`'s slot, from the cluster's own slot map."""
-    slot = key_slot(key.encode())
+def slot_owners(cluster: RedisClusterNodes) -> Callable[[str], int]:
+    """Which node holds a key's slot, from the cluster's own slot map (read once)."""
     ports = [node.port for node in cluster.nodes]
     with redis.Redis(port=ports[0]) as client:
-        for start, end, (_, port, *_), *_ in client.execute_command("CLUSTER", "SLOTS"):
-            if start <= slot <= end:
-                return ports.index(int(port))
-    raise AssertionError(f"no node owns slot {slot}")
+        ranges = [(start, end, ports.index(int(port)))
+                  for start, end, (_, port, *_), *_ in client.execute_command("CLUSTER", "SLOTS")]
+
+    def node_of(key: str) -> int:
+        slot = key_slot(key.encode())
+        return next(index for start, end, index in ranges if start <= slot <= end)
+
+    return node_of
 
 
 def test_two_instances_on_a_three_master_cluster_equal_the_replay_through_a_master_crash(
@@ -45,8 +49,9 @@ def test_two_instances_on_a_three_master_cluster_equal_the_replay_through_a_mast
     topic = create_topic(kafka.bootstrap, partitions=PARTITIONS)
     # A namespace whose partitions' hash tags fall on every master, so that each batch's reads,
     # each scrape and each multi-partition commit really cross nodes.
+    node_of = slot_owners(redis_cluster)
     namespace = next(ns for ns in (f"cl-{uuid.uuid4().hex[:8]}" for _ in range(1000))
-                     if len({node_of(redis_cluster, f"{{{ns}:{topic}:{p}}}") for p in range(PARTITIONS)}) == 3)
+                     if len({node_of(f"{{{ns}:{topic}:{p}}}") for p in range(PARTITIONS)}) == 3)
     messages = simulated(16_000, seed=51)
     env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_BATCH_SIZE="200",
                STREAM_NDCG_REDIS_URL=redis_cluster.url, STREAM_NDCG_REDIS_CLUSTER="true",
@@ -60,7 +65,7 @@ def test_two_instances_on_a_three_master_cluster_equal_the_replay_through_a_mast
     wait_for_messages(first, half)
 
     # kill -9 the master holding partition 0 while the second half streams in.
-    victim = redis_cluster.nodes[node_of(redis_cluster, f"{{{namespace}:{topic}:0}}")]
+    victim = redis_cluster.nodes[node_of(f"{{{namespace}:{topic}:0}}")]
     sender = threading.Thread(target=produce, args=(kafka.bootstrap, topic, messages[half:]),
                               kwargs={"paced": True, "rate": 2_000.0})
     sender.start()
