@@ -112,13 +112,16 @@ def test_kill_9_at_random_moments_loses_and_doubles_nothing(
         kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
     topic = create_topic(kafka.bootstrap, partitions=2)
     messages = simulated(30_000, seed=21)
-    send(kafka.bootstrap, topic, messages)
     env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_BATCH_SIZE="200")
     service = Service(env, tmp_path)
     services.append(service)
     rnd = random.Random(5)
     kills = 0
     service.start()
+    # Paced over ~12 s, so that the kills land mid-stream however fast the service catches up.
+    sender = threading.Thread(target=produce, args=(kafka.bootstrap, topic, messages),
+                              kwargs={"paced": True, "rate": 2_500.0})
+    sender.start()
     while kills < 6:
         time.sleep(rnd.uniform(0.5, 2.5))
         progress = _progress(service)
@@ -127,6 +130,7 @@ def test_kill_9_at_random_moments_loses_and_doubles_nothing(
         service.kill()
         kills += 1
         service.start()
+    sender.join()
     samples = wait_for_messages(service, len(messages), timeout=300)
     print(f"crash test: {kills} kill -9, {len(messages)} events")
     assert kills >= 3, "the stream ended before the service could be killed three times"
