@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytrec_eval
 
+from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.events import Impression, InvalidEvent, parse_event
 from stream_ndcg.metric import Measure
 from stream_ndcg.replay import Replay
-from stream_ndcg.simulator import SimulationSpec, Simulator
 
 CUTOFFS = (5, 10)
 

@@ -36,13 +36,13 @@ from kafka.admin import NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.replay_bench import write_section
-from stream_ndcg.devenv import KafkaBroker, RedisServer, free_port
+from stream_ndcg.devtools.producer import produce
+from stream_ndcg.devtools.servers import KafkaBroker, RedisServer, free_port
+from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
 from stream_ndcg.events import parse_event
 from stream_ndcg.metric import Measure
 from stream_ndcg.redis_store import RedisStore
-from stream_ndcg.service import produce
-from stream_ndcg.simulator import SimulationSpec, Simulator
 from stream_ndcg.store import Commit
 
 BATCH = 500

@@ -140,23 +140,23 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from stream_ndcg import devenv
+    from stream_ndcg.devtools import servers
 
     if args.action == "up":
-        state = devenv.dev_up(args.kafka_port, args.redis_port, redis_cluster=args.redis_cluster)
+        state = servers.dev_up(args.kafka_port, args.redis_port, redis_cluster=args.redis_cluster)
         print(f"kafka  {state['bootstrap_servers']}  (STREAM_NDCG_BOOTSTRAP_SERVERS)")
         print(f"redis  {state['redis_url']}  (STREAM_NDCG_REDIS_URL)")
         if args.redis_cluster:
             print("       a cluster of 3 masters  (STREAM_NDCG_REDIS_CLUSTER=true)")
         print("stop both with: stream-ndcg dev down")
         return 0
-    if not devenv.dev_down():
+    if not servers.dev_down():
         print("nothing is up", file=sys.stderr)
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from stream_ndcg import demo
+    from stream_ndcg.devtools import demo
 
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
@@ -164,7 +164,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from stream_ndcg.simulator import SimulationSpec, Simulator
+    from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 
     events = args.events if args.duration is None else int(args.duration * args.rate)
     spec = SimulationSpec(events=events, seed=args.seed, queries=args.queries, rate=args.rate,
@@ -175,9 +175,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             for _, value in messages:
                 out.write(value.replace(b"\n", b" ") + b"\n")
         return 0
-    from stream_ndcg import service
+    from stream_ndcg.devtools.producer import produce
 
-    sent = service.produce(args.bootstrap_servers or os.environ.get("STREAM_NDCG_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
+    sent = produce(args.bootstrap_servers or os.environ.get("STREAM_NDCG_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
                            args.topic, messages, paced=args.paced, rate=args.rate)
     print(f"sent {sent} messages to {args.topic}", file=sys.stderr)
     return 0

@@ -1,6 +1,6 @@
 """Real servers for the integration tests: a KRaft Kafka broker and redis-server on loopback.
 
-The fixtures use the same code as `stream-ndcg dev up` (stream_ndcg.devenv).
+The fixtures use the same code as `stream-ndcg dev up` (stream_ndcg.devtools.servers).
 Each test gets its own topic, consumer group and Redis namespace, so tests
 share the servers without sharing state.
 """
@@ -28,8 +28,8 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
-from stream_ndcg.devenv import KafkaBroker, RedisClusterNodes, RedisServer, free_port
-from stream_ndcg.service import produce
+from stream_ndcg.devtools.producer import produce
+from stream_ndcg.devtools.servers import KafkaBroker, RedisClusterNodes, RedisServer, free_port
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_ndcg.devenv import free_port
+from stream_ndcg.devtools.servers import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer
 
-from stream_ndcg.devenv import KafkaBroker
+from stream_ndcg.devtools.producer import produce
+from stream_ndcg.devtools.servers import KafkaBroker
+from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.metric import Measure
 from stream_ndcg.replay import Replay
-from stream_ndcg.service import produce
-from stream_ndcg.simulator import SimulationSpec, Simulator
 from tests.integration.conftest import Service, create_topic, expect_equal_to_replay, wait_for_messages
 from tests.unit.test_events import BAD, IMPRESSION, encode
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from stream_ndcg.devenv import KafkaBroker, RedisServer
-from stream_ndcg.service import produce
+from stream_ndcg.devtools.producer import produce
+from stream_ndcg.devtools.servers import KafkaBroker, RedisServer
 from tests.integration.conftest import Service, create_topic, expect_equal_to_replay, wait_for_messages
 from tests.integration.test_service import CUTOFFS, replay_of, simulated
 

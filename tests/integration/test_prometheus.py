@@ -14,9 +14,9 @@ from urllib.request import urlopen
 import pytest
 import yaml
 
-from stream_ndcg.devenv import KafkaBroker, free_port
-from stream_ndcg.service import produce
-from stream_ndcg.simulator import SimulationSpec, Simulator
+from stream_ndcg.devtools.producer import produce
+from stream_ndcg.devtools.servers import KafkaBroker, free_port
+from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from tests.integration.conftest import Service, create_topic, wait_for_messages
 from tests.unit.test_deploy import DEPLOY, dashboard_expressions
 

@@ -12,11 +12,11 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from stream_ndcg.devenv import KafkaBroker, RedisClusterNodes
+from stream_ndcg.devtools.producer import produce
+from stream_ndcg.devtools.servers import KafkaBroker, RedisClusterNodes
+from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
 from stream_ndcg.redis_store import RedisStore, connect
-from stream_ndcg.service import produce
-from stream_ndcg.simulator import SimulationSpec, Simulator
 from tests.integration.conftest import Service, create_topic, expect_equal_to_replay, wait_for_messages
 from tests.integration.test_security import REDIS_PASSWORD, SERVICE_ACL
 from tests.integration.test_service import CUTOFFS, replay_of, simulated

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from stream_ndcg.devenv import KafkaBroker, RedisServer, TlsFiles
-from stream_ndcg.service import produce
-from stream_ndcg.simulator import SimulationSpec, Simulator
+from stream_ndcg.devtools.producer import produce
+from stream_ndcg.devtools.servers import KafkaBroker, RedisServer, TlsFiles
+from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from tests.integration.conftest import Service, create_topic, wait_for_messages
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from stream_ndcg.devenv import KafkaBroker, RedisServer, free_port
+from stream_ndcg.devtools.producer import produce
+from stream_ndcg.devtools.servers import KafkaBroker, RedisServer, free_port
+from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.metric import Measure
 from stream_ndcg.replay import Replay
-from stream_ndcg.service import produce
-from stream_ndcg.simulator import SimulationSpec, Simulator
 from tests.integration.conftest import (
     Service,
     create_topic,

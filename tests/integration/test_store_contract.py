@@ -8,13 +8,13 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from stream_ndcg.devenv import RedisClusterNodes
+from stream_ndcg.devtools.servers import RedisClusterNodes
+from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine, window_means
 from stream_ndcg.errors import ConfigError, FencedError, StoreUnavailable
 from stream_ndcg.events import Impression, InvalidEvent, parse_event
 from stream_ndcg.metric import Measure
 from stream_ndcg.redis_store import RedisStore, connect
-from stream_ndcg.simulator import SimulationSpec, Simulator
 from stream_ndcg.store import Commit, MemoryStore, StateStore
 
 MEASURE = Measure(cutoffs=(3, 10))

@@ -17,9 +17,10 @@ from kafka.admin import NewTopic
 from prometheus_client import CollectorRegistry
 
 from stream_ndcg.config import Settings, format_duration
-from stream_ndcg.devenv import KafkaBroker, RedisServer
-from stream_ndcg.service import build, produce
-from stream_ndcg.simulator import SimulationSpec, Simulator
+from stream_ndcg.devtools.producer import produce
+from stream_ndcg.devtools.servers import KafkaBroker, RedisServer
+from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
+from stream_ndcg.service import build
 
 TOPIC = "search-events"
 
