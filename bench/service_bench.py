@@ -42,8 +42,8 @@ from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
 from stream_ndcg.events import parse_event
 from stream_ndcg.metric import Measure
+from stream_ndcg.pipeline import BatchPipeline
 from stream_ndcg.redis_store import RedisStore
-from stream_ndcg.store import Commit
 
 BATCH = 500
 PARTITIONS = 4
@@ -227,6 +227,7 @@ def flatness(redis_url: str, big: int, judgments: int) -> dict[str, float]:
     engine = Engine(measure, bucket, horizon_ms=3_600_000)
     store = RedisStore(client, namespace="flat", bucket_ms=bucket, horizon_ms=3_600_000, state_ttl_ms=86_400_000,
                        wall_clock=False)
+    pipeline = BatchPipeline(store, engine, event_clock=True)
     epoch = store.claim("flat:0")
     offset: list[int | None] = [None]
     t0 = 1_763_683_200_000
@@ -234,13 +235,8 @@ def flatness(redis_url: str, big: int, judgments: int) -> dict[str, float]:
     def run(messages: list[bytes]) -> float:
         events = [parse_event(m) for m in messages]
         started = time.perf_counter()
-        snapshot = store.load("flat:0", {e.query_id for e in events},  # type: ignore[union-attr]
-                              {e.impression_id: engine.bucket_of(e.ts) for e in events  # type: ignore[union-attr]
-                               if hasattr(e, "impression_id")})
-        outcome = engine.apply(events, snapshot.states, snapshot.known_impressions, snapshot.clock_ms,
-                               event_clock=True)
         next_offset = (offset[0] or 0) + len(messages)
-        store.commit([Commit("flat:0", epoch, outcome, next_offset, offset[0])])
+        pipeline.apply("flat:0", epoch, events, next_offset, offset[0])
         offset[0] = next_offset
         return time.perf_counter() - started
 

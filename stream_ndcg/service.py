@@ -9,10 +9,15 @@ from kafka import KafkaConsumer, KafkaProducer
 from prometheus_client import CollectorRegistry
 
 from stream_ndcg.config import Settings
-from stream_ndcg.consumer import DeadLetters, SegmentProjector, StreamProcessor
+from stream_ndcg.consumer import StreamProcessor
+from stream_ndcg.dead_letters import DeadLetters
 from stream_ndcg.engine import Engine
+from stream_ndcg.events import Limits
 from stream_ndcg.exporter import Exporter, WindowView
+from stream_ndcg.kafka_source import KafkaSource
+from stream_ndcg.pipeline import BatchPipeline, RecordChecks
 from stream_ndcg.redis_store import RedisStore, connect
+from stream_ndcg.segments import SegmentProjector
 
 logger = logging.getLogger(__name__)
 
@@ -56,13 +61,17 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
         # New partitions of the subscribed topics are noticed within half a minute.
         metadata_max_age_ms=30_000,
     )
-    processor = StreamProcessor(
-        lambda: KafkaConsumer(**consumer_options), store, engine, exporter, settings,
+    checks = RecordChecks(Limits(max_results=settings.max_results, max_message_bytes=settings.max_message_bytes),
+                          require_key=settings.require_key, max_future_ms=settings.max_future)
+    pipeline = BatchPipeline(
+        store, engine, checks, event_clock=settings.clock == "event",
         projector=SegmentProjector(store, settings.segment_labels, settings.segment_cap),
         dead_letters=DeadLetters(lambda: KafkaProducer(**kafka_options, acks="all", linger_ms=5),
                                  settings.dead_letter_topic, exporter.dead_letters_dropped.inc)
         if settings.dead_letter_topic else None,
     )
+    processor = StreamProcessor(KafkaSource(lambda: KafkaConsumer(**consumer_options)), store, pipeline, exporter,
+                                settings)
     return processor, exporter
 
 

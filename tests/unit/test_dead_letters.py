@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kafka.errors import MessageSizeTooLargeError
 
-from stream_ndcg.consumer import DeadLetters
+from stream_ndcg.dead_letters import DeadLetters
 from stream_ndcg.errors import BrokerUnavailable
 
 

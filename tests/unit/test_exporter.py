@@ -8,11 +8,12 @@ from urllib.request import urlopen
 
 from prometheus_client import CollectorRegistry
 
-from stream_ndcg.consumer import Backoff, SegmentProjector
+from stream_ndcg.backoff import Backoff
 from stream_ndcg.engine import Engine
 from stream_ndcg.events import Impression, parse_event
 from stream_ndcg.exporter import Exporter, WindowView
 from stream_ndcg.metric import Measure
+from stream_ndcg.segments import SegmentProjector
 from stream_ndcg.store import Commit, MemoryStore
 
 T0 = 1_763_683_200_000

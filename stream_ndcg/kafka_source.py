@@ -1,0 +1,174 @@
+"""The `Source` on kafka-python, and every workaround that client needs, in one place.
+
+kafka-python 3.0 faults this adapter works around (each seen in this project's tests):
+
+- joining a group before the brokers know a topic's partitions gives an empty assignment
+  and a second rebalance at once, a race a member can lose (it then waits for an
+  assignment that never comes): `missing_topics` lets the processor wait for them first;
+- `on_partitions_assigned` is not always called after a rebalance (a second one right
+  after joining, giving back the same partitions, left a group consuming nothing): the
+  assignment is read from the consumer, the listener only reports revocations;
+- pause and resume across rebalances have left partitions stuck: nothing is paused;
+- `poll()` just returns nothing while no broker answers and there is no public health
+  signal: an empty poll with no group coordinator raises `BrokerUnavailable`;
+- a consumer can stop fetching partitions that have records after some rebalances
+  (dpkp/kafka-python#3131): a quiet partition's end offset is compared with the position
+  every `STALL_CHECK_S`, and `ConsumerStalled` tells the processor to open a new consumer.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata
+
+from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled
+from stream_ndcg.source import Partition, Record, StartFrom
+
+
+class KafkaSource:
+    """A `Source` over a kafka-python consumer made by `connect` (again after each `close`).
+
+        source = KafkaSource(lambda: KafkaConsumer(bootstrap_servers=..., group_id=...))
+    """
+
+    # After this long without records from a partition, ask the brokers whether it has some.
+    STALL_CHECK_S = 15.0
+
+    def __init__(self, connect: Callable[[], KafkaConsumer]) -> None:
+        self._connect = connect
+        self._consumer: KafkaConsumer | None = None
+        self._revocations: queue.SimpleQueue[list[TopicPartition]] = queue.SimpleQueue()
+        # When each assigned partition last gave records (or was sought).
+        self._last_records: dict[Partition, float] = {}
+        self._next_stall_check = 0.0
+
+    @property
+    def consumer(self) -> KafkaConsumer:
+        if self._consumer is None:
+            raise BrokerUnavailable("the Kafka consumer is not open")
+        return self._consumer
+
+    def open(self) -> None:
+        try:
+            self._consumer = self._connect()
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"Kafka unreachable ({type(exc).__name__})") from exc
+
+    def missing_topics(self, topics: Collection[str]) -> list[str]:
+        try:
+            return [t for t in topics if not self.consumer.partitions_for_topic(t)]
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"topic metadata unavailable: {type(exc).__name__}") from exc
+
+    def subscribe(self, topics: Collection[str]) -> None:
+        self._revocations = queue.SimpleQueue()
+        self.consumer.subscribe(list(topics), listener=_Revocations(self._revocations))
+        self._last_records.clear()
+        self._next_stall_check = time.monotonic() + self.STALL_CHECK_S
+
+    def poll(self, timeout_ms: int, max_records: int) -> dict[Partition, list[Record]]:
+        if time.monotonic() > self._next_stall_check:
+            self._check_stalled()
+        try:
+            polled = self.consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"Kafka poll failed: {type(exc).__name__}: {exc}") from exc
+        if not polled and self._coordinator_lost():
+            raise BrokerUnavailable("Kafka group coordinator unreachable")
+        now = time.monotonic()
+        batch: dict[Partition, list[Record]] = {}
+        for tp, records in polled.items():
+            partition = Partition(tp.topic, tp.partition)
+            batch[partition] = records
+            self._last_records[partition] = now
+        return batch
+
+    def assignment(self) -> set[Partition]:
+        return {Partition(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+
+    def revoked(self) -> set[Partition]:
+        revoked: set[Partition] = set()
+        while not self._revocations.empty():
+            revoked.update(Partition(tp.topic, tp.partition) for tp in self._revocations.get_nowait())
+        return revoked
+
+    def seek(self, partition: Partition, offset: int | None, start_from: StartFrom) -> None:
+        tp = TopicPartition(partition.topic, partition.partition)
+        if offset is not None:
+            self.consumer.seek(tp, offset)
+        elif start_from == "earliest":
+            self.consumer.seek_to_beginning(tp)
+        else:
+            self.consumer.seek_to_end(tp)
+        self._last_records[partition] = time.monotonic()
+
+    def commit(self, offsets: Mapping[Partition, int], *, asynchronous: bool = False) -> None:
+        to_commit = {TopicPartition(p.topic, p.partition): OffsetAndMetadata(offset, "", -1)
+                     for p, offset in offsets.items()}
+        if not to_commit:
+            return
+        try:
+            if asynchronous:
+                self.consumer.commit_async(offsets=to_commit)
+            else:
+                self.consumer.commit(offsets=to_commit)
+        except KafkaError as exc:
+            # Kafka's committed offsets only feed lag dashboards; the store's are the truth.
+            raise BrokerUnavailable(f"Kafka offset commit failed: {exc}") from exc
+
+    def highwater(self, partition: Partition) -> int | None:
+        highwater: int | None = self.consumer.highwater(TopicPartition(partition.topic, partition.partition))
+        return highwater
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close(autocommit=False)
+            self._consumer = None
+
+    def _coordinator_lost(self) -> bool:
+        """Whether the consumer has lost its group coordinator, as it does within seconds of the
+        brokers going away: this reads what poll() itself last found (an attribute only: the
+        coordinator's methods act on the client, which is the IO thread's)."""
+        coordinator: Any = self.consumer._coordinator
+        return coordinator.coordinator_id is None
+
+    def _check_stalled(self) -> None:
+        """ConsumerStalled if an assigned partition that gave no records lately has some past our position."""
+        now = time.monotonic()
+        self._next_stall_check = now + self.STALL_CHECK_S
+        assigned = self.consumer.assignment()
+        quiet = sorted((tp for tp in assigned
+                        if now - self._last_records.setdefault(Partition(tp.topic, tp.partition), now)
+                        > self.STALL_CHECK_S), key=lambda tp: (tp.topic, tp.partition))
+        if not quiet:
+            return
+        try:
+            ends = self.consumer.end_offsets(quiet, timeout_ms=5_000)
+            behind = [tp for tp in quiet if ends.get(tp, 0) > self.consumer.position(tp, timeout_ms=5_000)]
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"Kafka offsets unavailable: {type(exc).__name__}: {exc}") from exc
+        if behind:
+            names = ", ".join(f"{tp.topic}:{tp.partition}" for tp in behind)
+            raise ConsumerStalled(f"no records for {self.STALL_CHECK_S:.0f}s while {names} have some: "
+                                  "rejoining the group")
+
+
+class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Queues revocations for the loop (this runs on Kafka's IO thread, where nothing may block);
+    fencing, not this callback, keeps writes safe."""
+
+    def __init__(self, revocations: queue.SimpleQueue[list[TopicPartition]]) -> None:
+        self.revocations = revocations
+
+    def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        self.revocations.put(list(revoked))
+
+    def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        """The assignment is read from the consumer instead (see the module docstring)."""

@@ -1,0 +1,132 @@
+"""One batch, from records to a committed state: parse, check, project, load, apply, commit.
+
+The processor, the tests and the bench all run batches through `BatchPipeline`,
+so there is one way to turn events into stored state. It knows nothing of
+Kafka: records are anything with topic, partition, offset, key and value.
+
+    pipeline = BatchPipeline(store, engine, RecordChecks(require_key=False))
+    pipeline.apply("events:0", epoch, [parse_event(raw) for raw in lines], next_offset=len(lines),
+                   expected_offset=None)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+from stream_ndcg.dead_letters import DeadLetters
+from stream_ndcg.engine import Engine
+from stream_ndcg.events import DEFAULT_LIMITS, Event, Impression, InvalidEvent, Judgment, Limits, parse_event
+from stream_ndcg.segments import SegmentProjector
+from stream_ndcg.source import Record
+from stream_ndcg.store import Commit, StateStore
+
+
+@dataclass(frozen=True)
+class RecordChecks:
+    """The contract's limits, plus what only the service can check: the key and the wall clock."""
+
+    limits: Limits = DEFAULT_LIMITS
+    require_key: bool = True
+    # How far ahead of the wall clock an event's time may be (ms); None: no limit.
+    max_future_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class PartitionBatch:
+    """What a batch holds for one partition, and where its commit must start and end."""
+
+    partition: str
+    epoch: str
+    records: Sequence[Record]
+    expected_offset: int | None
+
+    @property
+    def next_offset(self) -> int:
+        return self.records[-1].offset + 1
+
+
+@dataclass
+class BatchResult:
+    commits: list[Commit] = field(default_factory=list)
+    # Event times of the judgments committed, for the judgment-to-metric latency.
+    judgment_times: list[int] = field(default_factory=list)
+    records: int = 0
+
+
+class BatchPipeline:
+    """Turns records into state changes and commits them, all partitions of a batch at once.
+
+    The order within a batch (the consumer's docstring gives the whole commit order):
+    parse every record (a bad one becomes a counted rejection and, with a dead-letter
+    topic, goes there, acknowledged before anything is committed); load the touched
+    query states and the already-applied impression ids; apply the events with the
+    engine; write each partition's changes with its next offset in one atomic step.
+    """
+
+    def __init__(self, store: StateStore, engine: Engine, checks: RecordChecks = RecordChecks(), *,
+                 event_clock: bool = False, projector: SegmentProjector | None = None,
+                 dead_letters: DeadLetters | None = None) -> None:
+        self.store = store
+        self.engine = engine
+        self.checks = checks
+        self.event_clock = event_clock
+        self.projector = projector
+        self.dead_letters = dead_letters
+
+    def run(self, batches: Collection[PartitionBatch], now_ms: int) -> BatchResult:
+        """Process and commit a batch; FencedError (nothing written) if a partition is no longer ours."""
+        parsed = {batch.partition: [self.parse(record, now_ms) for record in batch.records] for batch in batches}
+        if self.dead_letters is not None:
+            for batch in batches:
+                for record, event in zip(batch.records, parsed[batch.partition], strict=True):
+                    if isinstance(event, InvalidEvent):
+                        self.dead_letters.send(record, event.reason)
+            # Before the commit: a rejected message is in the dead-letter topic before its
+            # offset counts as consumed (at least once there; a crash may send it twice).
+            self.dead_letters.flush()
+        result = BatchResult()
+        for batch in batches:
+            events = parsed[batch.partition]
+            result.commits.append(self.stage(batch.partition, batch.epoch, events, batch.next_offset,
+                                             batch.expected_offset, now_ms))
+            result.judgment_times.extend(e.ts for e in events if isinstance(e, Judgment))
+            result.records += len(batch.records)
+        self.store.commit(result.commits)
+        return result
+
+    def parse(self, record: Record, now_ms: int) -> Event | InvalidEvent:
+        event = parse_event(record.value, self.checks.limits)
+        if isinstance(event, InvalidEvent):
+            return event
+        if self.checks.require_key and not record.key:
+            return InvalidEvent("missing_key", "messages must be keyed by query_id")
+        if self.checks.max_future_ms is not None and event.ts > now_ms + self.checks.max_future_ms:
+            return InvalidEvent("ts_in_future", f"ts {event.ts} is more than {self.checks.max_future_ms} ms ahead")
+        if isinstance(event, Impression) and self.projector is not None:
+            return self.projector.project(event)
+        return event
+
+    def stage(self, partition: str, epoch: str, events: Sequence[Event | InvalidEvent], next_offset: int,
+              expected_offset: int | None, now_ms: int | None) -> Commit:
+        """Load what the events touch and apply them: the commit, not yet written. With the event
+        clock the engine's clock goes on from the partition's stored one; `now_ms` is the wall
+        clock otherwise (None: no expiry and no too-old rejections)."""
+        valid = [e for e in events if not isinstance(e, InvalidEvent)]
+        snapshot = self.store.load(
+            partition,
+            {e.query_id for e in valid},
+            {e.impression_id: self.engine.bucket_of(e.ts) for e in valid if isinstance(e, Impression)},
+        )
+        clock = snapshot.clock_ms if self.event_clock else now_ms
+        outcome = self.engine.apply(events, snapshot.states, snapshot.known_impressions, clock,
+                                    event_clock=self.event_clock)
+        return Commit(partition, epoch, outcome, next_offset, expected_offset)
+
+    def apply(self, partition: str, epoch: str, events: Sequence[Event | InvalidEvent], next_offset: int,
+              expected_offset: int | None, now_ms: int | None = None) -> Commit:
+        """Stage and commit one partition's parsed events (the tests' and the bench's entry)."""
+        commit = self.stage(partition, epoch, events, next_offset, expected_offset, now_ms)
+        self.store.commit([commit])
+        return commit
+

@@ -1,0 +1,201 @@
+"""Where records come from: the small interface the processor reads Kafka through, and its twin.
+
+The processor never touches a Kafka client: it polls, reads the assignment,
+seeks and commits through a `Source` (arroyo's `backends/abstract.py` is the
+pattern). `kafka_source.KafkaSource` implements it with kafka-python and holds
+every workaround that client needs; `LocalSource` below implements it in
+memory, so unit tests drive the real processor without a broker.
+
+A source raises only `RecoverableError`s (`BrokerUnavailable`,
+`ConsumerStalled`, `UndecodableRecords`): the processor backs off and, after
+`ConsumerStalled`, closes the source and opens it again.
+
+    source = LocalSource({"events": 2})
+    source.append("events", 0, key=b"q1", value=b'{"type": "impression", ...}')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, Protocol
+
+from stream_ndcg.errors import BrokerUnavailable, RecoverableError
+
+StartFrom = Literal["earliest", "latest"]
+
+
+class Partition(NamedTuple):
+    """One partition of an input topic (equal to kafka-python's TopicPartition of the same pair)."""
+
+    topic: str
+    partition: int
+
+    @property
+    def name(self) -> str:
+        """How the store and the logs name it: ``topic:partition``."""
+        return f"{self.topic}:{self.partition}"
+
+
+class Record(Protocol):
+    """One consumed message; kafka-python's ConsumerRecord has this shape as it is."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+
+class Source(Protocol):
+    """A consumer-group member's view of its input topics."""
+
+    def open(self) -> None:
+        """Connect (again, after `close`); BrokerUnavailable while the brokers cannot be reached."""
+        ...
+
+    def missing_topics(self, topics: Collection[str]) -> list[str]:
+        """The topics whose partitions the brokers do not know yet."""
+        ...
+
+    def subscribe(self, topics: Collection[str]) -> None:
+        """Join the group for these topics; the assignment then comes with `poll`."""
+        ...
+
+    def poll(self, timeout_ms: int, max_records: int) -> dict[Partition, list[Record]]:
+        """Up to `max_records` records from the assigned partitions, waiting at most `timeout_ms`."""
+        ...
+
+    def assignment(self) -> set[Partition]:
+        """The partitions the group gives this member now."""
+        ...
+
+    def revoked(self) -> set[Partition]:
+        """The partitions taken away since the last call (some may have been given straight back)."""
+        ...
+
+    def seek(self, partition: Partition, offset: int | None, start_from: StartFrom) -> None:
+        """Read `partition` from `offset`, or from its beginning or end when `offset` is None."""
+        ...
+
+    def commit(self, offsets: Mapping[Partition, int], *, asynchronous: bool = False) -> None:
+        """Record the group's position (for lag dashboards only: the store's offsets are the truth)."""
+        ...
+
+    def highwater(self, partition: Partition) -> int | None:
+        """The partition's end offset as last seen, None if not known yet."""
+        ...
+
+    def close(self) -> None:
+        """Leave the group without committing."""
+        ...
+
+
+@dataclass(frozen=True)
+class LocalRecord:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+class LocalSource:
+    """An in-memory `Source`: topics are lists of records, this member is assigned every partition
+    unless a test says otherwise (`assign`), and faults are injected with `fail_next_poll`."""
+
+    def __init__(self, topics: Mapping[str, int]) -> None:
+        self.logs: dict[Partition, list[LocalRecord]] = {
+            Partition(topic, p): [] for topic, count in topics.items() for p in range(count)}
+        self.positions: dict[Partition, int] = {}
+        self.committed: dict[Partition, int] = {}
+        self.subscribed: tuple[str, ...] = ()
+        self.opened = 0
+        self.closed = 0
+        self._assigned: set[Partition] | None = None
+        self._revoked: set[Partition] = set()
+        self._faults: list[RecoverableError] = []
+        self._open = False
+
+    # -- what tests do ------------------------------------------------------
+
+    def append(self, topic: str, partition: int, *, key: bytes | None, value: bytes | None) -> None:
+        log = self.logs[Partition(topic, partition)]
+        log.append(LocalRecord(topic, partition, len(log), key, value))
+
+    def assign(self, partitions: Collection[Partition]) -> None:
+        """A rebalance: this member now holds `partitions`; the others are revoked."""
+        current = self.assignment()
+        self._revoked |= current - set(partitions)
+        self._assigned = set(partitions)
+        for partition in current - set(partitions):
+            self.positions.pop(partition, None)
+
+    def fail_next_poll(self, fault: RecoverableError) -> None:
+        self._faults.append(fault)
+
+    # -- the Source interface -----------------------------------------------
+
+    def open(self) -> None:
+        self._open = True
+        self.opened += 1
+
+    def missing_topics(self, topics: Collection[str]) -> list[str]:
+        known = {p.topic for p in self.logs}
+        return [t for t in topics if t not in known]
+
+    def subscribe(self, topics: Collection[str]) -> None:
+        self.subscribed = tuple(topics)
+
+    def poll(self, timeout_ms: int, max_records: int) -> dict[Partition, list[Record]]:
+        if not self._open:
+            raise BrokerUnavailable("the local source is closed")
+        if self._faults:
+            raise self._faults.pop(0)
+        batch: dict[Partition, list[Record]] = {}
+        room = max_records
+        for partition in sorted(self.assignment()):
+            position = self.positions.get(partition)
+            if position is None or room == 0:
+                continue
+            taken = self.logs[partition][position: position + room]
+            if taken:
+                batch[partition] = list(taken)
+                self.positions[partition] = position + len(taken)
+                room -= len(taken)
+        return batch
+
+    def assignment(self) -> set[Partition]:
+        if not self.subscribed:
+            return set()
+        if self._assigned is not None:
+            return set(self._assigned)
+        return {p for p in self.logs if p.topic in self.subscribed}
+
+    def revoked(self) -> set[Partition]:
+        revoked, self._revoked = self._revoked, set()
+        return revoked
+
+    def seek(self, partition: Partition, offset: int | None, start_from: StartFrom) -> None:
+        if offset is None:
+            offset = 0 if start_from == "earliest" else len(self.logs[partition])
+        self.positions[partition] = offset
+
+    def commit(self, offsets: Mapping[Partition, int], *, asynchronous: bool = False) -> None:
+        self.committed.update(offsets)
+
+    def highwater(self, partition: Partition) -> int | None:
+        return len(self.logs[partition])
+
+    def close(self) -> None:
+        self._open = False
+        self.closed += 1

@@ -1,0 +1,81 @@
+"""The kafka-python adapter notices a consumer that returns no records for partitions that have
+some (the kafka-python 3.0 fault seen in the integration tests, dpkp/kafka-python#3131), and an
+empty poll without a group coordinator. The consumer here is a stand-in of kafka-python's that
+never returns records: neither fault can be caused on demand in a real one."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kafka import TopicPartition
+
+from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled
+from stream_ndcg.kafka_source import KafkaSource
+from stream_ndcg.source import Partition
+
+ASSIGNED = [TopicPartition("events", 0), TopicPartition("events", 1)]
+
+
+class SilentConsumer:
+    """Assigned both partitions at offset 0, returning nothing from poll."""
+
+    def __init__(self, end_offset: int, coordinator_id: int | None = 1) -> None:
+        self.end_offset = end_offset
+        # What kafka-python's poll() leaves there: None once the coordinator is lost.
+        self._coordinator = SimpleNamespace(coordinator_id=coordinator_id)
+        self.sought: list[tuple[TopicPartition, int]] = []
+
+    def subscribe(self, topics: list[str], listener: Any) -> None:
+        pass
+
+    def poll(self, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Any]]:
+        return {}
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(ASSIGNED)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.sought.append((tp, offset))
+
+    def end_offsets(self, partitions: list[TopicPartition], timeout_ms: int) -> dict[TopicPartition, int]:
+        return dict.fromkeys(partitions, self.end_offset)
+
+    def position(self, tp: TopicPartition, timeout_ms: int) -> int:
+        return 0
+
+
+def source_over(consumer: SilentConsumer) -> KafkaSource:
+    source = KafkaSource(lambda: consumer)
+    source.STALL_CHECK_S = 0.0
+    source.open()
+    source.subscribe(["events"])
+    return source
+
+
+def test_partitions_with_records_the_consumer_never_returns_raise_consumer_stalled() -> None:
+    source = source_over(SilentConsumer(end_offset=10))
+    source.poll(10, 10)  # the first check finds every partition freshly assigned
+    with pytest.raises(ConsumerStalled, match="events:0, events:1"):
+        source.poll(10, 10)
+
+
+def test_quiet_partitions_with_nothing_to_read_are_left_alone() -> None:
+    source = source_over(SilentConsumer(end_offset=0))
+    for _ in range(3):
+        assert source.poll(10, 10) == {}
+
+
+def test_an_empty_poll_without_a_group_coordinator_means_the_brokers_are_gone() -> None:
+    source = source_over(SilentConsumer(end_offset=0, coordinator_id=None))
+    with pytest.raises(BrokerUnavailable, match="coordinator"):
+        source.poll(10, 10)
+
+
+def test_partitions_are_named_and_sought_as_kafka_python_expects() -> None:
+    consumer = SilentConsumer(end_offset=0)
+    source = source_over(consumer)
+    assert source.assignment() == {Partition("events", 0), Partition("events", 1)}
+    source.seek(Partition("events", 1), 42, "earliest")
+    assert consumer.sought == [(TopicPartition("events", 1), 42)]

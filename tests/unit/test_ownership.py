@@ -1,0 +1,54 @@
+"""Partition ownership: claims follow the group's assignment, and every doubt leads to a new claim."""
+
+from __future__ import annotations
+
+from stream_ndcg.ownership import Ownership
+from stream_ndcg.source import Partition
+
+P0, P1, P2 = (Partition("events", n) for n in range(3))
+
+
+def test_new_partitions_wait_for_a_claim_and_then_resume_from_the_stored_offset() -> None:
+    ownership = Ownership()
+    gone, new = ownership.sync({P0, P1}, revoked=set())
+    assert (gone, new) == (set(), {P0, P1})
+    assert not ownership.settled
+    assert ownership.pending({P0, P1}) == [P0, P1]
+    ownership.claimed(P0, "e0", 7)
+    ownership.claimed(P1, "e1", None)
+    assert ownership.settled and ownership.owns(P0)
+    assert ownership.offsets() == {P0: 7}
+    ownership.committed(P1, 3)
+    assert ownership.offsets() == {P0: 7, P1: 3}
+
+
+def test_a_partition_revoked_and_given_straight_back_is_claimed_again() -> None:
+    ownership = Ownership()
+    ownership.sync({P0}, revoked=set())
+    ownership.claimed(P0, "e0", 1)
+    gone, new = ownership.sync({P0}, revoked={P0})
+    assert (gone, new) == ({P0}, {P0})
+    assert not ownership.owns(P0) and ownership.pending({P0}) == [P0]
+
+
+def test_partitions_no_longer_assigned_are_forgotten_claimed_or_not() -> None:
+    ownership = Ownership()
+    ownership.sync({P0, P1}, revoked=set())
+    ownership.claimed(P0, "e0", 1)
+    gone, new = ownership.sync({P2}, revoked=set())
+    assert (gone, new) == ({P0, P1}, {P2})
+    assert ownership.pending({P2}) == [P2] and len(ownership) == 0
+    # A pending partition the group took away before it was claimed is dropped.
+    assert ownership.pending(set()) == [] and ownership.settled
+
+
+def test_a_store_failure_releases_every_claim() -> None:
+    ownership = Ownership()
+    ownership.sync({P0, P1}, revoked=set())
+    ownership.claimed(P0, "e0", 1)
+    ownership.claimed(P1, "e1", 2)
+    ownership.release_all()
+    assert len(ownership) == 0 and ownership.pending({P0, P1}) == [P0, P1]
+    ownership.claimed(P0, "e2", 5)
+    ownership.release([P0, P2])
+    assert ownership.pending({P0, P1}) == [P0, P1]
