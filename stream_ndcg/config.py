@@ -81,7 +81,7 @@ _COERCE: dict[str, Callable[[Any], Any]] = {
     "bucket": parse_duration_ms, "grace": parse_duration_ms, "judgment_ttl": parse_duration_ms,
     "linger": parse_duration_ms, "batch_size": _int, "segment_cap": _int, "metrics_port": _int,
     "max_results": _int, "max_message_bytes": _int, "state_cache_groups": _int, "require_key": _bool,
-    "redis_cluster": _bool, "rebuild": _bool,
+    "redis_cluster": _bool, "rebuild": _bool, "fail_on_data_loss": _bool,
     "max_future": parse_duration_ms,
 }
 
@@ -102,6 +102,8 @@ class Settings:
     dead_letter_topic: str = ""
     group_id: str = "stream-ndcg"
     auto_offset_reset: str = "earliest"
+    # Stop reading a partition (not ready) instead of skipping records Kafka deleted before they were read.
+    fail_on_data_loss: bool = False
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_ca_file: str = ""
     redis_cluster: bool = False

@@ -211,11 +211,37 @@ class StreamProcessor:
         for partition in self.ownership.pending(self.source.assignment()):
             epoch = self.store.claim(partition.name)
             offset = self.store.next_offset(partition.name)
+            if offset is not None:
+                start = self.source.log_start(partition)
+                if offset < start:
+                    if not self._skip_lost_records(partition, epoch, offset, start):
+                        continue
+                    offset = start
             self.source.seek(partition, offset, self.start_from)
             self.ownership.claimed(partition, epoch, offset)
             logger.info("claimed %s (epoch %s), resuming at offset %s", partition.name, epoch,
                         offset if offset is not None else self.start_from)
         self.exporter.assigned_partitions.set(len(self.ownership))
+
+    def _skip_lost_records(self, partition: Partition, epoch: str, offset: int, start: int) -> bool:
+        """Whether to go on reading a partition whose stored offset is older than the first one Kafka
+        still holds (the service was down longer than the topic's retention, or records were
+        deleted). Going on records the gap in the store (an empty batch that moves the offset to the
+        log start), so it is counted once; with fail_on_data_loss the partition is halted instead,
+        and the service stays not ready until restarted."""
+        lost = start - offset
+        if self.settings.fail_on_data_loss:
+            self.ownership.halt(partition)
+            logger.error("%s: offsets %d to %d were deleted from Kafka before they were read (retention or "
+                         "delete-records); not reading the partition: restart with fail_on_data_loss=false to skip "
+                         "them, or rebuild=true to recompute from what Kafka still holds",
+                         partition.name, offset, start - 1)
+            return False
+        self.pipeline.apply(partition.name, epoch, [], start, offset)
+        self.exporter.offsets_skipped.labels(topic=partition.topic, partition=str(partition.partition)).inc(lost)
+        logger.warning("%s: %d offsets (%d to %d) were deleted from Kafka before they were read (retention or "
+                       "delete-records); their events are not counted", partition.name, lost, offset, start - 1)
+        return True
 
     # -- batches -----------------------------------------------------------
 

@@ -169,6 +169,10 @@ class Exporter:
                                          "Input partitions this instance holds.", registry=registry)
         self.backoffs = Counter(f"{PREFIX}_backoffs", "Times the service backed off after a transient fault, by cause.",
                                 ["cause"], registry=registry)
+        self.offsets_skipped = Counter(
+            f"{PREFIX}_offsets_skipped",
+            "Offsets deleted from Kafka (retention or delete-records) before they were read: events never counted.",
+            ["topic", "partition"], registry=registry)
         self.fenced = Counter(f"{PREFIX}_fenced_batches", "Batches refused because another instance took a partition.",
                               registry=registry)
         self.dead_letters_dropped = Counter(f"{PREFIX}_dead_letters_dropped",

@@ -127,6 +127,14 @@ class KafkaSource:
         highwater: int | None = self.consumer.highwater(TopicPartition(partition.topic, partition.partition))
         return highwater
 
+    def log_start(self, partition: Partition) -> int:
+        tp = TopicPartition(partition.topic, partition.partition)
+        try:
+            start: int = self.consumer.beginning_offsets([tp], timeout_ms=5_000)[tp]
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"Kafka offsets unavailable: {type(exc).__name__}: {exc}") from exc
+        return start
+
     def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close(autocommit=False)

@@ -3,9 +3,11 @@
 A small state machine, free of Kafka and Redis, that the processor drives:
 
     assigned by the group --> unclaimed --claim--> owned (epoch, offset)
-                                  ^                  |
-                                  +---- release -----+   fenced, or any store failure
-    revoked or no longer assigned: forgotten from either state
+                                  |  ^               |
+                                  |  +-- release ----+   fenced, or any store failure
+                                  +----- halt -----> halted   records lost, and the
+                                                              operator must decide
+    revoked or no longer assigned: forgotten from any state
 
 Only an owned partition's records are processed: records of an unclaimed one are
 dropped, to be read again from the stored offset once it is claimed. A claim
@@ -39,19 +41,21 @@ class Ownership:
     def __init__(self) -> None:
         self._owned: dict[Partition, Claim] = {}
         self._unclaimed: set[Partition] = set()
+        self._halted: set[Partition] = set()
 
     def sync(self, assignment: Collection[Partition], revoked: Collection[Partition]) -> tuple[set[Partition],
                                                                                                  set[Partition]]:
         """Follow the group's assignment: forget what was revoked or is no longer assigned (a
         partition revoked and given straight back must be claimed again), and queue the new
         partitions for a claim. Returns (gone, new)."""
-        held = set(self._owned) | self._unclaimed
+        held = set(self._owned) | self._unclaimed | self._halted
         current = set(assignment)
         gone = (held - current) | (set(revoked) & held)
         for partition in gone:
             self._owned.pop(partition, None)
             self._unclaimed.discard(partition)
-        new = current - set(self._owned) - self._unclaimed
+            self._halted.discard(partition)
+        new = current - set(self._owned) - self._unclaimed - self._halted
         self._unclaimed |= new
         return gone, new
 
@@ -63,6 +67,11 @@ class Ownership:
     def claimed(self, partition: Partition, epoch: str, offset: int | None) -> None:
         self._unclaimed.discard(partition)
         self._owned[partition] = Claim(epoch, offset)
+
+    def halt(self, partition: Partition) -> None:
+        """Neither claim nor read it while it stays assigned: it is missing records."""
+        self._unclaimed.discard(partition)
+        self._halted.add(partition)
 
     def committed(self, partition: Partition, next_offset: int) -> None:
         """The store holds the partition's batch up to `next_offset`."""
@@ -93,8 +102,8 @@ class Ownership:
 
     @property
     def settled(self) -> bool:
-        """Every assigned partition is claimed."""
-        return not self._unclaimed
+        """Every assigned partition is claimed (none waits, none is halted)."""
+        return not self._unclaimed and not self._halted
 
     def __len__(self) -> int:
         return len(self._owned)

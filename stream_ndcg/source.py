@@ -95,6 +95,10 @@ class Source(Protocol):
         """The partition's end offset as last seen, None if not known yet."""
         ...
 
+    def log_start(self, partition: Partition) -> int:
+        """The first offset the brokers still hold (retention and delete-records move it on)."""
+        ...
+
     def close(self) -> None:
         """Leave the group without committing."""
         ...
@@ -118,6 +122,7 @@ class LocalSource:
             Partition(topic, p): [] for topic, count in topics.items() for p in range(count)}
         self.positions: dict[Partition, int] = {}
         self.committed: dict[Partition, int] = {}
+        self.log_starts: dict[Partition, int] = dict.fromkeys(self.logs, 0)
         self.subscribed: tuple[str, ...] = ()
         self.opened = 0
         self.closed = 0
@@ -131,6 +136,10 @@ class LocalSource:
     def append(self, topic: str, partition: int, *, key: bytes | None, value: bytes | None) -> None:
         log = self.logs[Partition(topic, partition)]
         log.append(LocalRecord(topic, partition, len(log), key, value))
+
+    def delete_records(self, topic: str, partition: int, before: int) -> None:
+        """What retention or the admin API's delete-records does: offsets below `before` are gone."""
+        self.log_starts[Partition(topic, partition)] = before
 
     def assign(self, partitions: Collection[Partition]) -> None:
         """A rebalance: this member now holds `partitions`; the others are revoked."""
@@ -167,6 +176,8 @@ class LocalSource:
             position = self.positions.get(partition)
             if position is None or room == 0:
                 continue
+            # Like a Kafka consumer whose position fell out of range: it resets to the log start.
+            position = max(position, self.log_starts[partition])
             taken = self.logs[partition][position: position + room]
             if taken:
                 batch[partition] = list(taken)
@@ -195,6 +206,9 @@ class LocalSource:
 
     def highwater(self, partition: Partition) -> int | None:
         return len(self.logs[partition])
+
+    def log_start(self, partition: Partition) -> int:
+        return self.log_starts[partition]
 
     def close(self) -> None:
         self._open = False

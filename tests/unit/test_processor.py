@@ -9,6 +9,7 @@ import json
 from collections import Counter
 from collections.abc import Collection, Mapping
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
@@ -44,13 +45,13 @@ class FlakyStore(MemoryStore):
             raise StoreUnavailable("commit reply lost (test)")
 
 
-def settings_for_test() -> Settings:
+def settings_for_test(**overrides: str) -> Settings:
     return Settings.load(flags={"topics": TOPIC, "k": "1,3", "clock": "event", "batch_size": "4",
-                                "segment_labels": "", "windows": "1h"})
+                                "segment_labels": "", "windows": "1h", **overrides})
 
 
-def processor(source: LocalSource, store: MemoryStore) -> StreamProcessor:
-    config = settings_for_test()
+def processor(source: LocalSource, store: MemoryStore, **overrides: str) -> StreamProcessor:
+    config = settings_for_test(**overrides)
     engine = Engine(config.measure, config.bucket)
     exporter = Exporter(CollectorRegistry(), store, WindowView(config.k, config.windows, config.bucket, (), True))
     pipeline = BatchPipeline(store, engine, RecordChecks(require_key=False), event_clock=True)
@@ -186,3 +187,42 @@ def test_a_revoked_partition_is_neither_written_nor_reported() -> None:
     # Kafka keeps the last position committed for the partition while it was ours.
     assert source.committed == {PARTITIONS[0]: 3}
     assert Counter(store.counts())["impression"] == 3
+
+
+def lost_records_setup(fail_on_data_loss: bool) -> tuple[StreamProcessor, LocalSource, FlakyStore, list[bytes]]:
+    """Partition 0 read up to offset 4, then offsets 4 to 7 deleted before the processor comes back."""
+    source, store = LocalSource({TOPIC: 2}), FlakyStore()
+    first = [event(serial, 0, "impression", serial % 5, 0) for serial in range(4)]
+    fill(source, first)
+    made = processor(source, store)
+    assert made.start()
+    drain(made, source)
+    made.close()
+    later = [event(serial, 0, "impression", serial % 5, 0) for serial in range(4, 12)]
+    fill(source, later)
+    source.delete_records(TOPIC, 0, 8)
+    again = processor(source, store, fail_on_data_loss=str(fail_on_data_loss).lower())
+    assert again.start()
+    return again, source, store, first + later[4:]
+
+
+def test_records_deleted_before_they_were_read_are_skipped_counted_once_and_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    made, source, store, kept = lost_records_setup(fail_on_data_loss=False)
+    drain(made, source)
+    assert made.exporter.registry.get_sample_value(
+        "stream_ndcg_offsets_skipped_total", {"topic": TOPIC, "partition": "0"}) == 4
+    assert "events:0: 4 offsets (4 to 7) were deleted from Kafka before they were read" in caplog.text
+    assert store.next_offset("events:0") == 12
+    assert_equals_replay(store, kept)
+
+
+def test_with_fail_on_data_loss_the_partition_is_halted_and_the_service_not_ready(
+        caplog: pytest.LogCaptureFixture) -> None:
+    made, source, store, _ = lost_records_setup(fail_on_data_loss=True)
+    for _ in range(5):
+        made.run_once()
+    assert not made.ready()
+    assert made.exporter.registry.get_sample_value("stream_ndcg_ready") == 0
+    assert store.next_offset("events:0") == 4
+    assert caplog.text.count("not reading the partition") == 1

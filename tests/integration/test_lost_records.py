@@ -1,0 +1,113 @@
+"""Records Kafka deleted before the service read them (it was down longer than the topic's retention,
+or somebody ran delete-records) are said aloud: skipped with a WARNING and a count, or, with
+fail_on_data_loss, the partition is not read and the service stays not ready."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+
+from stream_ndcg.devtools.producer import produce
+from stream_ndcg.devtools.servers import KafkaBroker
+from tests.integration.conftest import Service, create_topic, expect_equal_to_replay, settled, wait_for_messages
+from tests.integration.test_service import CUTOFFS, replay_of, simulated
+
+pytestmark = [pytest.mark.kafka, pytest.mark.redis]
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        return {tp.partition: offset for tp, offset in consumer.end_offsets(partitions).items()}
+    finally:
+        consumer.close()
+
+
+def read_range(bootstrap: str, topic: str, partition: int, start: int, stop: int) -> list[bytes]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    tp = TopicPartition(topic, partition)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(values) < stop - start and time.monotonic() < deadline:
+            for record in consumer.poll(timeout_ms=500).get(tp, []):
+                if record.offset < stop:
+                    values.append(record.value)
+        assert len(values) == stop - start
+        return values
+    finally:
+        consumer.close()
+
+
+def lose_records(kafka: KafkaBroker, service: Service, topic: str) -> tuple[list[tuple[bytes, bytes]], int]:
+    """Consume a first half, stop, produce a second half and delete part of it from partition 0
+    before the service comes back. Returns the messages Kafka still delivers and how many were lost."""
+    messages = simulated(4_000, seed=23, malformed=0.0)
+    first, second = messages[:2_000], messages[2_000:]
+    service.start()
+    produce(kafka.bootstrap, topic, first)
+    wait_for_messages(service, len(first))
+    assert service.stop() == 0
+    stored = end_offsets(kafka.bootstrap, topic)
+    produce(kafka.bootstrap, topic, second)
+    ends = end_offsets(kafka.bootstrap, topic)
+    cut = (stored[0] + ends[0]) // 2
+    assert cut > stored[0]
+    lost = Counter(read_range(kafka.bootstrap, topic, 0, stored[0], cut))
+    admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    try:
+        admin.delete_records({TopicPartition(topic, 0): cut})
+    finally:
+        admin.close()
+    kept = []
+    for key, value in messages:
+        if lost[value]:
+            lost[value] -= 1
+        else:
+            kept.append((key, value))
+    return kept, cut - stored[0]
+
+
+def test_records_deleted_before_they_were_read_are_skipped_counted_and_logged(
+        kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
+    topic = create_topic(kafka.bootstrap, partitions=2)
+    service = Service({**service_env, "STREAM_NDCG_TOPICS": topic, "STREAM_NDCG_WINDOWS": "1d"}, tmp_path)
+    services.append(service)
+    kept, lost = lose_records(kafka, service, topic)
+    service.start()
+    samples = wait_for_messages(service, len(kept))
+    assert samples[("stream_ndcg_offsets_skipped_total", (("partition", "0"), ("topic", topic)))] == lost
+    assert f"{topic}:0: {lost} offsets" in service.logs()
+    assert "were deleted from Kafka before they were read" in service.logs()
+    assert expect_equal_to_replay(samples, replay_of(kept), "1d", CUTOFFS) == 2 * 2 * 3
+    assert service.ready()
+    assert service.stop() == 0
+
+
+def test_with_fail_on_data_loss_the_partition_is_not_read_and_the_service_not_ready(
+        kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
+    topic = create_topic(kafka.bootstrap, partitions=2)
+    service = Service({**service_env, "STREAM_NDCG_TOPICS": topic, "STREAM_NDCG_WINDOWS": "1d",
+                       "STREAM_NDCG_FAIL_ON_DATA_LOSS": "true"}, tmp_path)
+    services.append(service)
+    kept, _ = lose_records(kafka, service, topic)
+    service.start()
+    deadline = time.monotonic() + 60
+    while "not reading the partition" not in service.logs():
+        assert time.monotonic() < deadline, service.logs()[-3000:]
+        time.sleep(0.5)
+    time.sleep(5)
+    samples = service.scrape()
+    assert not service.ready()
+    assert samples[("stream_ndcg_ready", ())] == 0
+    # Partition 1 goes on; partition 0 stays where it was.
+    assert 2_000 < settled(samples) < len(kept)
+    assert service.logs().count("not reading the partition") == 1
+    assert service.stop() == 0
