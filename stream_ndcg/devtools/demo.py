@@ -30,7 +30,8 @@ def _traffic(bootstrap: str, rate: float, stop: threading.Event) -> None:
                           max_delay_ms=45_000, malformed_share=0.002, engines=("web", "app"))
 
     def until_stopped() -> Iterator[tuple[bytes, bytes]]:
-        for message in Simulator(spec).messages():
+        # Each event carries the time it is sent, so the shortest window always holds the newest.
+        for message in Simulator(spec, clock=lambda: int(time.time() * 1000)).messages():
             if stop.is_set():
                 return
             yield message

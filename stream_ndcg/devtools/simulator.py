@@ -18,7 +18,7 @@ import heapq
 import itertools
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 MALFORMED = (
@@ -33,7 +33,7 @@ MALFORMED = (
 
 @dataclass(frozen=True)
 class SimulationSpec:
-    """What to generate. Rates are in events per second of event time."""
+    """What to generate. `rate` is events (impressions and judgments) per second of event time."""
 
     events: int = 10_000
     seed: int = 1
@@ -55,10 +55,16 @@ class SimulationSpec:
 
 
 class Simulator:
-    """Generates the messages of one `SimulationSpec`, in arrival order."""
+    """Generates the messages of one `SimulationSpec`, in arrival order.
 
-    def __init__(self, spec: SimulationSpec) -> None:
+    Event time starts at `spec.start_ms` and advances `1 / spec.rate` seconds per event; with a
+    `clock` (epoch milliseconds) each event carries the clock's time when it is generated
+    instead, so traffic sent as it is generated, paced or not, carries the time it is sent.
+    """
+
+    def __init__(self, spec: SimulationSpec, clock: Callable[[], int] | None = None) -> None:
         self.spec = spec
+        self.clock = clock
         self._random = random.Random(spec.seed)  # noqa: S311 - reproducible traffic, not secrets
         weights = [1.0 / (rank**spec.zipf_exponent) for rank in range(1, spec.queries + 1)]
         self._cumulative = list(itertools.accumulate(weights))
@@ -100,11 +106,13 @@ class Simulator:
         serial = itertools.count()
         step = 1000.0 / spec.rate
         impression = 0
+        events = 0
         while True:
-            now = spec.start_ms + int(impression * step)
+            now = self.clock() if self.clock is not None else spec.start_ms + int(events * step)
             while pending and pending[0][0] <= now:
                 _, _, key, value = heapq.heappop(pending)
                 yield key, value
+                events += 1
             query = self._query()
             key = f"q{query}".encode()
             variant, noise = spec.variants[impression % len(spec.variants)]
@@ -124,6 +132,7 @@ class Simulator:
             }
             yield key, json.dumps(event).encode()
             impression += 1
+            events += 1
             judged = [d for d in shown if rnd.random() < spec.judged_share]
             judged += [d for d in order[spec.list_length:] if rnd.random() < spec.unshown_judged_share]
             for doc in judged:

@@ -51,3 +51,31 @@ def test_the_better_variant_scores_higher(tmp_path: Path) -> None:
         replay.add(line)
     by_variant = replay.summary()["by_segment"]["variant"]
     assert by_variant["A"]["10"]["ndcg_mean"] > by_variant["B"]["10"]["ndcg_mean"] + 0.1
+
+
+def test_event_time_advances_at_the_rate_the_spec_claims() -> None:
+    spec = SimulationSpec(events=10_000, seed=6, rate=250.0, max_delay_ms=60_000)
+    stamps = [json.loads(value)["ts"] for _, value in Simulator(spec).messages()]
+    newest = max(stamps) - spec.start_ms
+    # 10,000 events at 250 per second: 40 s of event time (the last judgments may run ahead a little).
+    assert 39_000 < newest < 42_000, newest
+
+
+def test_with_a_clock_every_event_carries_the_time_it_is_generated() -> None:
+    now = [1_800_000_000_000]
+
+    def clock() -> int:
+        now[0] += 7
+        return now[0]
+
+    spec = SimulationSpec(events=3_000, seed=6, max_delay_ms=5_000)
+    kinds: Counter[str] = Counter()
+    for _, value in Simulator(spec, clock=clock).messages():
+        event = json.loads(value)
+        kinds[event["type"]] += 1
+        if event["type"] == "impression":
+            assert event["ts"] == now[0]
+        else:
+            # A judgment waits until the clock has passed its time.
+            assert event["ts"] <= now[0]
+    assert kinds["judgment"] > 0
