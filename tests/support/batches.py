@@ -1,0 +1,36 @@
+"""One batch of one partition through a store, as the service's consumer applies it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from stream_ndcg.engine import BatchOutcome, Engine
+from stream_ndcg.events import Event, Impression, InvalidEvent, parse_event
+from stream_ndcg.store import Commit, StateStore
+
+
+def parsed(messages: Sequence[bytes]) -> list[Event | InvalidEvent]:
+    return [parse_event(m) for m in messages]
+
+
+def apply_batch(store: StateStore, engine: Engine, partition: str, events: Sequence[Event | InvalidEvent], *,
+                epoch: str, next_offset: int, expected_offset: int | None | Literal["stored"] = "stored",
+                event_clock: bool = True, now_ms: int | None = None) -> BatchOutcome:
+    """Load, apply, commit: what StreamProcessor does with one partition's part of a batch.
+
+    Loads the states of the queries `events` name and which of their impressions were applied
+    already, applies the events with `engine`, and commits the outcome with `next_offset` in one
+    atomic write under `epoch`. The engine's clock starts from the partition's stored clock with
+    `event_clock`, else at `now_ms` (None: nothing expires). `expected_offset` is the offset the
+    writer believes stored ("stored": whatever the store holds now). FencedError if the store
+    refuses the commit. Returns the outcome written.
+    """
+    valid = [e for e in events if not isinstance(e, InvalidEvent)]
+    snapshot = store.load(partition, {e.query_id for e in valid},
+                          {e.impression_id: engine.bucket_of(e.ts) for e in valid if isinstance(e, Impression)})
+    clock = snapshot.clock_ms if event_clock else now_ms
+    outcome = engine.apply(events, snapshot.states, snapshot.known_impressions, clock, event_clock=event_clock)
+    expected = store.next_offset(partition) if expected_offset == "stored" else expected_offset
+    store.commit([Commit(partition, epoch, outcome, next_offset, expected)])
+    return outcome
