@@ -19,14 +19,15 @@ pytestmark = pytest.mark.redis
 
 
 class TestRedisStore(StoreContract):
-    @pytest.fixture(params=["cold", "cached", "cluster"])
+    @pytest.fixture(params=["redis-cold", "redis-cached", "redis-cluster"])
     def store(self, request: pytest.FixtureRequest) -> Iterator[StateStore]:
-        cluster = request.param == "cluster"
+        cluster = request.param == "redis-cluster"
         server = request.getfixturevalue("redis_cluster" if cluster else "redis_server")
         client = connect(server.url, cluster=cluster)
         # Without a cache every batch reads its query states back from Redis.
+        cache_groups = 1000 if request.param == "redis-cached" else 0
         yield RedisStore(client, namespace=f"c-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
-                         state_ttl_ms=HORIZON, wall_clock=False, cache_groups=1000 if request.param == "cached" else 0)
+                         state_ttl_ms=HORIZON, wall_clock=False, cache_groups=cache_groups)
         client.close()
 
 
