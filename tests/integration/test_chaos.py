@@ -18,9 +18,9 @@ import pytest
 from stream_ndcg.devtools.producer import produce
 from stream_ndcg.devtools.servers import KafkaBroker, RedisServer
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
-from stream_ndcg.metric import Measure
-from stream_ndcg.replay import Replay
-from tests.integration.conftest import Service, create_topic, expect_equal_to_replay, settled, wait_for_messages
+from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of
+from tests.support.service import Service, killed_at_exit, service_environment, settled, wait_for_messages
+from tests.support.topics import create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -33,19 +33,15 @@ def chaos(tmp_path: Path, events: int, rounds: int, seed: int) -> None:
         topic = create_topic(kafka.bootstrap, partitions=6)
         messages = list(Simulator(SimulationSpec(events=events, seed=seed, queries=2_000, rate=500.0,
                                                  malformed_share=0.005, max_delay_ms=900_000)).messages())
-        env = {
-            "STREAM_NDCG_BOOTSTRAP_SERVERS": kafka.bootstrap, "STREAM_NDCG_REDIS_URL": redis_server.url,
-            "STREAM_NDCG_TOPICS": topic, "STREAM_NDCG_GROUP_ID": "chaos", "STREAM_NDCG_NAMESPACE": "chaos",
-            "STREAM_NDCG_CLOCK": "event", "STREAM_NDCG_WINDOWS": "1d", "STREAM_NDCG_BATCH_SIZE": "300",
-            "STREAM_NDCG_LINGER": "50ms",
-        }
+        env = service_environment(kafka.bootstrap, redis_server.url, STREAM_NDCG_TOPICS=topic,
+                                  STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_BATCH_SIZE="300")
         instances = [Service(env, tmp_path), Service(env, tmp_path)]
         ever = list(instances)
         for instance in instances:
             instance.start()
         done: Counter[str] = Counter()
         chunks = [messages[i * len(messages) // rounds:(i + 1) * len(messages) // rounds] for i in range(rounds)]
-        try:
+        with killed_at_exit(ever):
             for chunk in chunks:
                 # Produced while the broker is up: every message is in Kafka exactly once.
                 producer = threading.Thread(target=produce, args=(kafka.bootstrap, topic, chunk))
@@ -73,16 +69,14 @@ def chaos(tmp_path: Path, events: int, rounds: int, seed: int) -> None:
                     continue
                 done[fault] += 1
             samples = wait_for_messages(instances[0], len(messages), timeout=600)
-            replay = Replay(Measure(cutoffs=(5, 10)))
-            for _, value in messages:
-                replay.add(value)
-            summary = replay.summary()
-            compared = expect_equal_to_replay(samples, summary, "1d", (5, 10))
+            summary = replay_of(messages)
+            compared = expect_equal_to_replay(samples, summary, "1d", CUTOFFS)
+            assert compared == compared_gauges()
             for instance in instances[1:]:
                 # Every instance reports the same shared numbers.
                 other = instance.scrape()
                 assert settled(other) == len(messages)
-                assert expect_equal_to_replay(other, summary, "1d", (5, 10)) == compared
+                assert expect_equal_to_replay(other, summary, "1d", CUTOFFS) == compared
             starts = sum(i.starts for i in ever)
             print(f"\nchaos: {len(messages)} events, {done['kill_instance']} kill -9 of an instance, "
                   f"{done['restart_broker']} broker restarts, {done['kill_redis']} Redis kill -9, "
@@ -90,11 +84,6 @@ def chaos(tmp_path: Path, events: int, rounds: int, seed: int) -> None:
                   f"{starts} service process starts; {compared} gauges of each of {len(instances)} instances "
                   "equal to the replay to 1e-9")
             assert sum(done.values()) >= rounds // 2
-        finally:
-            for instance in instances:
-                if instance.process is not None and instance.process.poll() is None:
-                    instance.process.kill()
-                    instance.process.wait()
 
 
 def test_short_chaos(tmp_path: Path) -> None:

@@ -13,10 +13,10 @@ from kafka import KafkaConsumer
 from stream_ndcg.devtools.producer import produce
 from stream_ndcg.devtools.servers import KafkaBroker
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
-from stream_ndcg.metric import Measure
-from stream_ndcg.replay import Replay
-from tests.integration.conftest import Service, create_topic, expect_equal_to_replay, wait_for_messages
-from tests.unit.test_events import BAD, IMPRESSION, encode
+from tests.support.events import BAD, IMPRESSION, encode
+from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of
+from tests.support.service import Service, wait_for_messages
+from tests.support.topics import create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -59,10 +59,8 @@ def test_every_kind_of_bad_message_is_rejected_dead_lettered_and_harmless(
     service.start()
     samples = wait_for_messages(service, len(stream))
 
-    replay = Replay(Measure(cutoffs=(5, 10)))
-    for _, value in valid:
-        replay.add(value)
-    expect_equal_to_replay(samples, replay.summary(), "1d", (5, 10))
+    # Every gauge of both variants equals the replay of the valid events alone.
+    assert expect_equal_to_replay(samples, replay_of(valid), "1d", CUTOFFS) == compared_gauges()
     expected_reasons = Counter(reason for *_, reason in cases)
     for reason, count in expected_reasons.items():
         assert samples[("stream_ndcg_events_rejected_total", (("reason", reason),))] == count, reason

@@ -13,8 +13,9 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from stream_ndcg.devtools.producer import produce
 from stream_ndcg.devtools.servers import KafkaBroker
-from tests.integration.conftest import Service, create_topic, expect_equal_to_replay, settled, wait_for_messages
-from tests.integration.test_service import CUTOFFS, replay_of, simulated
+from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
+from tests.support.service import Service, settled, wait_for_messages
+from tests.support.topics import create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -86,7 +87,7 @@ def test_records_deleted_before_they_were_read_are_skipped_counted_and_logged(
     assert samples[("stream_ndcg_offsets_skipped_total", (("partition", "0"), ("topic", topic)))] == lost
     assert f"{topic}:0: {lost} offsets" in service.logs()
     assert "were deleted from Kafka before they were read" in service.logs()
-    assert expect_equal_to_replay(samples, replay_of(kept), "1d", CUTOFFS) == 2 * 2 * 3
+    assert expect_equal_to_replay(samples, replay_of(kept), "1d", CUTOFFS) == compared_gauges()
     assert service.ready()
     assert service.stop() == 0
 

@@ -11,8 +11,9 @@ import pytest
 
 from stream_ndcg.devtools.producer import produce
 from stream_ndcg.devtools.servers import KafkaBroker, RedisServer
-from tests.integration.conftest import Service, create_topic, expect_equal_to_replay, wait_for_messages
-from tests.integration.test_service import CUTOFFS, replay_of, simulated
+from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
+from tests.support.service import Service, killed_at_exit, service_environment, wait_for_messages
+from tests.support.topics import create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -46,12 +47,9 @@ def test_kafka_and_redis_outages_are_waited_out_without_spinning(tmp_path: Path)
     thirds = [messages[i * 3_000:(i + 1) * 3_000] for i in range(3)]
     with KafkaBroker.start(tmp_path / "kafka") as kafka, RedisServer.start(tmp_path / "redis") as redis_server:
         topic = create_topic(kafka.bootstrap, partitions=2)
-        service = Service({
-            "STREAM_NDCG_BOOTSTRAP_SERVERS": kafka.bootstrap, "STREAM_NDCG_REDIS_URL": redis_server.url,
-            "STREAM_NDCG_TOPICS": topic, "STREAM_NDCG_GROUP_ID": "outages", "STREAM_NDCG_NAMESPACE": "outages",
-            "STREAM_NDCG_CLOCK": "event", "STREAM_NDCG_WINDOWS": "1d", "STREAM_NDCG_LINGER": "50ms",
-        }, tmp_path)
-        try:
+        service = Service(service_environment(kafka.bootstrap, redis_server.url, STREAM_NDCG_TOPICS=topic,
+                                              STREAM_NDCG_WINDOWS="1d"), tmp_path)
+        with killed_at_exit([service]):
             service.start()
             produce(kafka.bootstrap, topic, thirds[0])
             wait_for_messages(service, 3_000)
@@ -73,7 +71,7 @@ def test_kafka_and_redis_outages_are_waited_out_without_spinning(tmp_path: Path)
                   f"{OUTAGE_S:.0f} s of Redis down {redis_share:.1%}")
             assert kafka_share < MOST_CPU_SHARE_WHILE_WAITING
             assert redis_share < MOST_CPU_SHARE_WHILE_WAITING
-            assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == 2 * 2 * 3
+            assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == compared_gauges()
             deadline = time.monotonic() + 30
             while not service.ready():
                 assert time.monotonic() < deadline, "not ready again 30 s after both came back"
@@ -82,6 +80,3 @@ def test_kafka_and_redis_outages_are_waited_out_without_spinning(tmp_path: Path)
             assert "Kafka group coordinator unreachable; retrying in" in logs
             assert "Redis" in logs and "retrying in" in logs.split("Kafka group coordinator unreachable")[-1]
             assert service.stop() == 0
-        finally:
-            if service.process is not None and service.process.poll() is None:
-                service.kill()

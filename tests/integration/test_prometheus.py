@@ -17,8 +17,9 @@ import yaml
 from stream_ndcg.devtools.producer import produce
 from stream_ndcg.devtools.servers import KafkaBroker, free_port
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
-from tests.integration.conftest import Service, create_topic, wait_for_messages
-from tests.unit.test_deploy import DEPLOY, dashboard_expressions
+from tests.support.deploy import RULES, dashboard_expressions, recorded_names
+from tests.support.service import Service, wait_for_messages
+from tests.support.topics import create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -48,10 +49,9 @@ def test_rules_and_dashboard_queries_return_data_from_a_real_prometheus(
                               kwargs={"paced": True, "rate": 300.0})
     sender.start()
 
-    rules = yaml.safe_load((DEPLOY / "prometheus" / "rules.yml").read_text())
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(DEPLOY / "prometheus" / "rules.yml")],
+        "rule_files": [str(RULES)],
         "scrape_configs": [{"job_name": "stream-ndcg",
                             "static_configs": [{"targets": [f"127.0.0.1:{service.port}"]}]}],
     }
@@ -62,8 +62,7 @@ def test_rules_and_dashboard_queries_return_data_from_a_real_prometheus(
                                        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                                        f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=log)
     try:
-        records = [r["record"] for group in rules["groups"] for r in group["rules"] if "record" in r]
-        expressions = records + [e.replace("$k", "10") for e in dashboard_expressions()]
+        expressions = sorted(recorded_names()) + [e.replace("$k", "10") for e in dashboard_expressions()]
         missing = list(expressions)
         deadline = time.monotonic() + 120
         while missing and time.monotonic() < deadline:

@@ -17,10 +17,12 @@ from stream_ndcg.devtools.servers import KafkaBroker, RedisClusterNodes
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
 from stream_ndcg.redis_store import RedisStore, connect
-from tests.integration.conftest import Service, create_topic, expect_equal_to_replay, wait_for_messages
-from tests.integration.test_security import REDIS_PASSWORD, SERVICE_ACL
-from tests.integration.test_service import CUTOFFS, replay_of, simulated
-from tests.integration.test_store_contract import BUCKET, HORIZON, MEASURE, apply
+from tests.support.batches import apply_batch, parsed
+from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
+from tests.support.security import REDIS_PASSWORD, SERVICE_ACL
+from tests.support.service import Service, wait_for_messages
+from tests.support.store_contract import BUCKET, HORIZON, MEASURE
+from tests.support.topics import create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -83,7 +85,7 @@ def test_two_instances_on_a_three_master_cluster_equal_the_replay_through_a_mast
     # Each instance reports the whole topic, read from the cluster at scrape time.
     for service in (first, second):
         samples = wait_for_messages(service, len(messages), timeout=300)
-        assert expect_equal_to_replay(samples, summary, "1d", CUTOFFS) == 2 * 2 * 3
+        assert expect_equal_to_replay(samples, summary, "1d", CUTOFFS) == compared_gauges()
         assert service.ready()
     assert "retrying" in first.logs() + second.logs()
     holding = set()
@@ -107,11 +109,11 @@ def test_an_acl_user_limited_to_the_service_commands_can_run_on_the_cluster(
     store = RedisStore(client, namespace=f"acl-{uuid.uuid4().hex[:6]}", bucket_ms=BUCKET,
                        horizon_ms=HORIZON, state_ttl_ms=HORIZON, wall_clock=False)
     engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
-    messages = [v for _, v in Simulator(SimulationSpec(events=500, seed=8, queries=20, rate=50.0)).messages()]
+    events = parsed([v for _, v in Simulator(SimulationSpec(events=500, seed=8, queries=20, rate=50.0)).messages()])
     try:
         assert store.adopt({"k": [3, 10]}) is False
         for partition in ("t:0", "t:1", "t:2"):
-            apply(store, engine, partition, store.claim(partition), messages, 500)
+            apply_batch(store, engine, partition, events, epoch=store.claim(partition), next_offset=500)
         assert store.counts()["impression"] > 0
         assert store.aggregates()
         assert store.clock_ms() is not None

@@ -14,19 +14,13 @@ import redis
 from stream_ndcg.devtools.producer import produce
 from stream_ndcg.devtools.servers import KafkaBroker, RedisServer, TlsFiles
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
-from tests.integration.conftest import Service, create_topic, wait_for_messages
+from tests.support.security import REDIS_PASSWORD, SERVICE_ACL
+from tests.support.service import Service, wait_for_messages
+from tests.support.topics import create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
 KAFKA_PASSWORD = "kafka-Secret-4711"
-REDIS_PASSWORD = "redis-Secret-0815"
-# Everything the service runs: reads and writes of its keys, its scripts, and the connection handshake.
-SERVICE_ACL = ("on", f">{REDIS_PASSWORD}", "~*", "resetchannels", "-@all",
-               "+ping", "+hello", "+auth", "+select", "+get", "+set", "+hget", "+hgetall",
-               "+zmscore", "+smembers", "+sadd", "+sismember", "+scard",
-               "+eval", "+incr",
-               "+zrangebyscore", "+zadd", "+zremrangebyscore", "+hset", "+hdel", "+hincrby", "+hincrbyfloat",
-               "+pexpire")
 
 
 @pytest.fixture

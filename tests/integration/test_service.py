@@ -14,35 +14,12 @@ import pytest
 
 from stream_ndcg.devtools.producer import produce
 from stream_ndcg.devtools.servers import KafkaBroker, RedisServer, free_port
-from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
-from stream_ndcg.metric import Measure
-from stream_ndcg.replay import Replay
-from tests.integration.conftest import (
-    Service,
-    create_topic,
-    expect_equal_to_replay,
-    send,
-    to_json,
-    wait_for_messages,
-)
+from tests.support.events import encode
+from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
+from tests.support.service import Service, progress, wait_for_messages
+from tests.support.topics import create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
-
-CUTOFFS = (5, 10)
-
-
-def simulated(events: int, seed: int, malformed: float = 0.01) -> list[tuple[bytes, bytes]]:
-    spec = SimulationSpec(events=events, seed=seed, queries=300, rate=200.0, malformed_share=malformed,
-                          max_delay_ms=600_000)
-    return list(Simulator(spec).messages())
-
-
-def replay_of(messages: list[tuple[bytes, bytes]], cutoffs: tuple[int, ...] = CUTOFFS) -> dict[str, object]:
-    replay = Replay(Measure(cutoffs=cutoffs))
-    for _, value in messages:
-        replay.add(value)
-    return replay.summary()
-
 
 def test_run_equals_replay_on_the_same_events(
         kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
@@ -50,13 +27,13 @@ def test_run_equals_replay_on_the_same_events(
     messages = simulated(8_000, seed=11)
     # The same impression delivered twice, as a retrying producer would.
     messages += messages[5:25]
-    send(kafka.bootstrap, topic, messages)
+    produce(kafka.bootstrap, topic, messages)
     service = Service(dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d"), tmp_path)
     services.append(service)
     service.start()
     samples = wait_for_messages(service, len(messages))
     summary = replay_of(messages)
-    assert expect_equal_to_replay(samples, summary, "1d", CUTOFFS) == 2 * 2 * 3
+    assert expect_equal_to_replay(samples, summary, "1d", CUTOFFS) == compared_gauges()
     events = summary["events"]
     assert isinstance(events, dict)
     assert samples[("stream_ndcg_events_total", (("type", "impression"),))] == events["impression"]
@@ -72,13 +49,13 @@ def test_a_late_judgment_moves_the_windows_that_hold_its_impressions(
     topic = create_topic(kafka.bootstrap)
     t0 = 1_763_683_200_000
     hour = 3_600_000
-    early = [to_json({"type": "impression", "impression_id": f"early-{i}", "query_id": "q", "ts": t0 + i,
+    early = [encode({"type": "impression", "impression_id": f"early-{i}", "query_id": "q", "ts": t0 + i,
                       "results": ["a", "b", "c"], "segment": {"variant": "A"}}) for i in range(10)]
-    judged = [to_json({"type": "judgment", "query_id": "q", "doc_id": "b", "grade": 1, "ts": t0 + 1000})]
+    judged = [encode({"type": "judgment", "query_id": "q", "doc_id": "b", "grade": 1, "ts": t0 + 1000})]
     service = Service(dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="5m,1h,24h"), tmp_path)
     services.append(service)
     service.start()
-    send(kafka.bootstrap, topic, [(b"q", m) for m in early + judged])
+    produce(kafka.bootstrap, topic, [(b"q", m) for m in early + judged])
     before = wait_for_messages(service, 11)
 
     def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, window: str) -> float:
@@ -87,11 +64,11 @@ def test_a_late_judgment_moves_the_windows_that_hold_its_impressions(
     # b at rank 2 is the only relevant document: nDCG@5 = (1/log2 3) / 1.
     assert value(before, "stream_ndcg_ndcg", "1d") == pytest.approx(0.6309297535714574, abs=1e-12)
     # An hour of event time later: a judgment for 'a', and impressions of the last minutes.
-    late = [to_json({"type": "judgment", "query_id": "q", "doc_id": "a", "grade": 3, "ts": t0 + hour})]
-    recent = [to_json({"type": "impression", "impression_id": f"recent-{i}", "query_id": "q",
+    late = [encode({"type": "judgment", "query_id": "q", "doc_id": "a", "grade": 3, "ts": t0 + hour})]
+    recent = [encode({"type": "impression", "impression_id": f"recent-{i}", "query_id": "q",
                        "ts": t0 + hour - 60_000 + i, "results": ["c", "a"], "segment": {"variant": "A"}})
               for i in range(5)]
-    send(kafka.bootstrap, topic, [(b"q", m) for m in recent + late])
+    produce(kafka.bootstrap, topic, [(b"q", m) for m in recent + late])
     after = wait_for_messages(service, 17)
     # 24h holds all 15 impressions: the early ones gain 'a' at rank 1.
     ideal = 7 + 1 / 1.5849625007211563
@@ -124,8 +101,7 @@ def test_kill_9_at_random_moments_loses_and_doubles_nothing(
     sender.start()
     while kills < 6:
         time.sleep(rnd.uniform(0.5, 2.5))
-        progress = _progress(service)
-        if progress >= len(messages):
+        if progress(service) >= len(messages):
             break
         service.kill()
         kills += 1
@@ -134,17 +110,8 @@ def test_kill_9_at_random_moments_loses_and_doubles_nothing(
     samples = wait_for_messages(service, len(messages), timeout=300)
     print(f"crash test: {kills} kill -9, {len(messages)} events")
     assert kills >= 3, "the stream ended before the service could be killed three times"
-    assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) > 0
+    assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == compared_gauges()
     assert service.stop() == 0
-
-
-def _progress(service: Service) -> int:
-    from tests.integration.conftest import settled
-
-    try:
-        return settled(service.scrape())
-    except OSError:
-        return 0
 
 
 def test_two_instances_one_stopped_midway_equal_one(
@@ -156,12 +123,12 @@ def test_two_instances_one_stopped_midway_equal_one(
     services.extend([first, second])
     first.start()
     second.start()
-    send(kafka.bootstrap, topic, messages[: len(messages) // 2])
+    produce(kafka.bootstrap, topic, messages[: len(messages) // 2])
     time.sleep(2)
     assert second.stop() == 0
-    send(kafka.bootstrap, topic, messages[len(messages) // 2:])
+    produce(kafka.bootstrap, topic, messages[len(messages) // 2:])
     samples = wait_for_messages(first, len(messages))
-    assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) > 0
+    assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == compared_gauges()
     assert first.stop() == 0
 
 
@@ -185,7 +152,7 @@ def test_redis_restarted_mid_stream_recovers_by_itself(
     redis_server.launch()
     sender.join()
     samples = wait_for_messages(service, len(messages), timeout=300)
-    assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) > 0
+    assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == compared_gauges()
     assert service.ready()
     assert "retrying" in service.logs()
     assert service.stop() == 0
@@ -224,7 +191,7 @@ def test_three_instances_over_twelve_partitions_report_what_one_instance_reports
                 compared += 1
         assert compared > 50
     summary = replay_of(messages)
-    assert expect_equal_to_replay(single, summary, "1d", CUTOFFS) == 2 * 2 * 3
+    assert expect_equal_to_replay(single, summary, "1d", CUTOFFS) == compared_gauges()
     for service in (alone, *group[1:]):
         assert service.stop() == 0
 
@@ -233,7 +200,7 @@ def test_a_changed_metric_configuration_is_refused_until_a_rebuild_recomputes_fr
         kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
     topic = create_topic(kafka.bootstrap, partitions=2)
     messages = simulated(6_000, seed=81)
-    send(kafka.bootstrap, topic, messages)
+    produce(kafka.bootstrap, topic, messages)
     env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d")
     first = Service(env, tmp_path)
     services.append(first)
@@ -253,6 +220,7 @@ def test_a_changed_metric_configuration_is_refused_until_a_rebuild_recomputes_fr
     services.append(rebuilt)
     rebuilt.start()
     samples = wait_for_messages(rebuilt, len(messages))
-    assert expect_equal_to_replay(samples, replay_of(messages, cutoffs=(5, 10, 20)), "1d", (5, 10, 20)) == 2 * 3 * 3
+    cutoffs = (5, 10, 20)
+    assert expect_equal_to_replay(samples, replay_of(messages, cutoffs), "1d", cutoffs) == compared_gauges(cutoffs)
     assert "state rebuilt for a new metric configuration" in rebuilt.logs()
     assert rebuilt.stop() == 0

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
 from stream_ndcg.config import Settings
-
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy"
+from stream_ndcg.engine import Engine
+from stream_ndcg.events import parse_event
+from stream_ndcg.exporter import Exporter, WindowView
+from stream_ndcg.metric import Measure
+from stream_ndcg.store import MemoryStore
+from tests.support.batches import apply_batch
+from tests.support.deploy import DEPLOY, ROOT, dashboard_expressions, recorded_names, rules
+from tests.support.events import IMPRESSION, JUDGMENT, encode
 
 
 def promtool() -> str:
@@ -31,8 +35,7 @@ def test_rules_pass_promtool_check() -> None:
 
 
 def test_every_alert_has_a_promtool_unit_test_and_they_pass() -> None:
-    rules = yaml.safe_load((DEPLOY / "prometheus" / "rules.yml").read_text())
-    alerts = {r["alert"] for group in rules["groups"] for r in group["rules"] if "alert" in r}
+    alerts = {r["alert"] for r in rules() if "alert" in r}
     tests = yaml.safe_load((DEPLOY / "prometheus" / "tests" / "rules_test.yml").read_text())
     fired = {a["alertname"] for t in tests["tests"] for a in t.get("alert_rule_test", []) if a["exp_alerts"]}
     assert alerts == fired, f"alerts without a firing test: {alerts - fired}"
@@ -45,8 +48,7 @@ def test_every_alert_has_annotations_and_a_runbook_in_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     anchors = {re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
                for line in readme.splitlines() if line.startswith("#")}
-    rules = yaml.safe_load((DEPLOY / "prometheus" / "rules.yml").read_text())
-    for rule in (r for group in rules["groups"] for r in group["rules"] if "alert" in r):
+    for rule in (r for r in rules() if "alert" in r):
         annotations = rule["annotations"]
         assert annotations["summary"] and annotations["description"], rule["alert"]
         assert annotations["runbook_url"] == f"README.md#{rule['alert'].lower()}"
@@ -121,21 +123,44 @@ def test_kubernetes_manifest_has_probes_on_the_metrics_port() -> None:
     assert service["metadata"]["annotations"]["prometheus.io/port"] == str(settings.metrics_port)
 
 
-def dashboard_expressions() -> list[str]:
-    dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "stream-ndcg.json").read_text())
-    return [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+# The series Prometheus stores for each metric type the exporter uses.
+SERIES_SUFFIXES = {"counter": ("_total", "_created"), "gauge": ("",),
+                   "histogram": ("_bucket", "_sum", "_count", "_created")}
+METRIC_NAME = re.compile(r"stream_ndcg[:_][a-z_:0-9]+")
+
+
+def exported_names() -> set[str]:
+    """Every series name a real Exporter exposes, read from a fresh registry over a store holding
+    an impression and a judgment (families without children yet are named by their type's suffixes)."""
+    store = MemoryStore()
+    engine = Engine(Measure(cutoffs=(10,)))
+    apply_batch(store, engine, "t:0", [parse_event(encode(IMPRESSION)), parse_event(encode(JUDGMENT)),
+                                       parse_event(b"not json")], epoch=store.claim("t:0"), next_offset=3)
+    registry = CollectorRegistry()
+    Exporter(registry, store, WindowView(cutoffs=(10,), windows_ms=(3_600_000,), bucket_ms=60_000,
+                                         segment_labels=("variant",), event_clock=True))
+    families = list(registry.collect())
+    samples = {sample.name for family in families for sample in family.samples}
+    assert "stream_ndcg_ndcg" in samples and "stream_ndcg_events_rejected_total" in samples, samples
+    return samples | {family.name + suffix for family in families for suffix in SERIES_SUFFIXES[family.type]}
 
 
 def test_dashboard_parses_and_queries_known_metrics() -> None:
     exprs = dashboard_expressions()
     assert len(exprs) >= 10
-    rules = yaml.safe_load((DEPLOY / "prometheus" / "rules.yml").read_text())
-    records = {r["record"] for group in rules["groups"] for r in group["rules"] if "record" in r}
+    known = exported_names() | recorded_names()
     for expr in exprs:
-        names = set(re.findall(r"stream_ndcg[:_][a-z_:0-9]+", expr))
+        names = set(METRIC_NAME.findall(expr))
         assert names, expr
-        for name in names:
-            assert name in records or name.startswith("stream_ndcg_"), name
+        assert names <= known, f"{expr} queries series nobody writes: {names - known}"
+
+
+def test_rules_query_only_series_the_exporter_or_other_rules_write() -> None:
+    known = exported_names() | recorded_names()
+    for rule in rules():
+        # A rule may read only what Prometheus writes itself (`up`); no stream_ndcg name is then fine.
+        names = set(METRIC_NAME.findall(rule["expr"]))
+        assert names <= known, f"{rule.get('record') or rule['alert']} reads series nobody writes: {names - known}"
 
 
 @pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for p in DEPLOY.rglob("*.yml")))

@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stream_ndcg.events import Impression, InvalidEvent, Judgment, Limits, parse_event
-
-IMPRESSION = {"type": "impression", "impression_id": "imp-81", "query_id": "cheap flights", "ts": 1763683200000,
-              "results": ["d17", "d4", "d99"], "segment": {"variant": "B"}, "event_id": "e-1"}
-JUDGMENT = {"type": "judgment", "query_id": "cheap flights", "doc_id": "d4", "grade": 2, "ts": 1763683260000,
-            "event_id": "e-2"}
-
-
-def encode(obj: object) -> bytes:
-    return json.dumps(obj).encode()
-
-
-def without(obj: dict[str, object], name: str) -> dict[str, object]:
-    return {k: v for k, v in obj.items() if k != name}
+from stream_ndcg.events import DEFAULT_LIMITS, MAX_TS_MS, Impression, InvalidEvent, Judgment, Limits, parse_event
+from stream_ndcg.metric import MAX_ABS_GRADE
+from tests.support.events import BAD, IMPRESSION, JUDGMENT, encode, without
 
 
 def test_the_contract_examples_parse() -> None:
@@ -41,57 +31,6 @@ def test_optional_fields_and_rfc3339_times() -> None:
     assert isinstance(parse_event(encode(IMPRESSION | {"results": []})), Impression)
     assert isinstance(parse_event(encode(JUDGMENT | {"grade": -1.5})), Judgment)
     assert isinstance(parse_event(encode(IMPRESSION | {"extra": {"ignored": True}})), Impression)
-
-
-BAD: list[tuple[str, bytes | str | None, str]] = [
-    ("tombstone", None, "null_message"),
-    ("not utf-8", b"\xff\xfe{}", "not_utf8"),
-    ("not json", b"{nope", "not_json"),
-    ("NaN literal", b'{"type":"judgment","query_id":"q","doc_id":"d","grade":NaN,"ts":1}', "not_json"),
-    ("Infinity literal", b'{"type":"judgment","query_id":"q","doc_id":"d","grade":Infinity,"ts":1}', "not_json"),
-    ("array", b"[1]", "not_object"),
-    ("string", b'"impression"', "not_object"),
-    ("duplicate key", b'{"type":"judgment","type":"impression"}', "duplicate_key"),
-    ("no type", encode(without(IMPRESSION, "type")), "missing_type"),
-    ("unknown type", encode(IMPRESSION | {"type": "click"}), "unknown_type"),
-    ("type not a string", encode(IMPRESSION | {"type": 3}), "unknown_type"),
-    ("no impression_id", encode(without(IMPRESSION, "impression_id")), "missing_impression_id"),
-    ("impression_id number", encode(IMPRESSION | {"impression_id": 7}), "invalid_impression_id"),
-    ("empty impression_id", encode(IMPRESSION | {"impression_id": ""}), "empty_impression_id"),
-    ("oversize impression_id", encode(IMPRESSION | {"impression_id": "i" * 513}), "oversize_impression_id"),
-    ("no query_id", encode(without(JUDGMENT, "query_id")), "missing_query_id"),
-    ("query_id list", encode(JUDGMENT | {"query_id": ["q"]}), "invalid_query_id"),
-    ("empty query_id", encode(JUDGMENT | {"query_id": ""}), "empty_query_id"),
-    ("no doc_id", encode(without(JUDGMENT, "doc_id")), "missing_doc_id"),
-    ("empty doc_id", encode(JUDGMENT | {"doc_id": ""}), "empty_doc_id"),
-    ("event_id number", encode(JUDGMENT | {"event_id": 5}), "invalid_event_id"),
-    ("empty event_id", encode(JUDGMENT | {"event_id": ""}), "empty_event_id"),
-    ("no ts", encode(without(JUDGMENT, "ts")), "missing_ts"),
-    ("ts float", encode(JUDGMENT | {"ts": 1.5}), "invalid_ts"),
-    ("ts boolean", encode(JUDGMENT | {"ts": True}), "invalid_ts"),
-    ("ts unparseable", encode(JUDGMENT | {"ts": "yesterday"}), "invalid_ts"),
-    ("ts without offset", encode(JUDGMENT | {"ts": "2025-11-21T00:00:00"}), "invalid_ts"),
-    ("ts before 1970", encode(JUDGMENT | {"ts": -1}), "ts_out_of_range"),
-    ("ts after 9999", encode(JUDGMENT | {"ts": 10**15}), "ts_out_of_range"),
-    ("no results", encode(without(IMPRESSION, "results")), "missing_results"),
-    ("results object", encode(IMPRESSION | {"results": {"d1": 1}}), "invalid_results"),
-    ("nested result", encode(IMPRESSION | {"results": ["d1", {"doc": "d2"}]}), "invalid_result"),
-    ("empty result", encode(IMPRESSION | {"results": ["d1", ""]}), "empty_result"),
-    ("oversize result", encode(IMPRESSION | {"results": ["d" * 600]}), "oversize_result"),
-    ("too many results", encode(IMPRESSION | {"results": [f"d{i}" for i in range(1001)]}), "oversize_results"),
-    ("segment list", encode(IMPRESSION | {"segment": ["variant"]}), "invalid_segment"),
-    ("segment number value", encode(IMPRESSION | {"segment": {"variant": 2}}), "invalid_segment"),
-    ("segment too many keys", encode(IMPRESSION | {"segment": {f"k{i}": "v" for i in range(17)}}), "oversize_segment"),
-    ("no grade", encode(without(JUDGMENT, "grade")), "missing_grade"),
-    ("grade string", encode(JUDGMENT | {"grade": "2"}), "invalid_grade"),
-    ("grade boolean", encode(JUDGMENT | {"grade": True}), "invalid_grade"),
-    ("grade huge", encode(JUDGMENT | {"grade": 1e300}), "grade_out_of_range"),
-    ("grade huge integer", encode(JUDGMENT | {"grade": 10**400}), "grade_out_of_range"),
-    ("lone surrogate in an id", b'{"type":"judgment","query_id":"q\\ud800","doc_id":"d","grade":1,"ts":1}',
-     "invalid_string"),
-    ("lone surrogate in a result", encode(IMPRESSION).replace(b'"d4"', b'"\\udfff"'), "invalid_string"),
-    ("message too large", encode(IMPRESSION | {"pad": "x" * 1_048_576}), "message_too_large"),
-]
 
 
 @pytest.mark.parametrize(("raw", "reason"), [(raw, reason) for _, raw, reason in BAD], ids=[n for n, _, _ in BAD])
@@ -125,17 +64,155 @@ def test_no_bytes_make_the_parser_raise(raw: bytes) -> None:
         json.dumps(event.__dict__, ensure_ascii=False).encode("utf-8")  # whatever is accepted can be stored
 
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
-    max_leaves=12,
-)
+def json_scalars(*, allow_infinity: bool) -> st.SearchStrategy[object]:
+    """Any scalar json.dumps writes; with infinities it writes `Infinity`, which is not JSON."""
+    return (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=allow_infinity)
+            | st.text(max_size=8))
 
 
-@given(st.fixed_dictionaries(
-    {"type": st.sampled_from(["impression", "judgment", "other"])},
-    optional={name: json_values for name in
-              ("impression_id", "query_id", "doc_id", "grade", "ts", "results", "segment", "event_id")},
-))
+def json_values(*, allow_infinity: bool) -> st.SearchStrategy[object]:
+    return st.recursive(
+        json_scalars(allow_infinity=allow_infinity),
+        lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+        max_leaves=12,
+    )
+
+
+def faults(obj: dict[str, object]) -> set[str]:
+    """Every reason `obj` deserves to be rejected for, found independently of the parser (which
+    names one of them: the first it meets); empty if `obj` is a valid event."""
+    if _holds_infinity(obj):
+        return {"not_json"}
+    kind = obj["type"]
+    if kind not in ("impression", "judgment"):
+        return {"unknown_type"}
+    found: set[str] = set()
+    names = ("impression_id", "query_id") if kind == "impression" else ("query_id", "doc_id")
+    for name in (*names, "event_id"):
+        value = obj.get(name)
+        if value is None:
+            if name != "event_id":
+                found.add(f"missing_{name}")
+        elif not isinstance(value, str):
+            found.add(f"invalid_{name}")
+        elif not value:
+            found.add(f"empty_{name}")
+        elif len(value) > DEFAULT_LIMITS.max_id_length:
+            found.add(f"oversize_{name}")
+    ts = obj.get("ts")
+    if ts is None:
+        found.add("missing_ts")
+    elif isinstance(ts, bool) or not isinstance(ts, int | str):
+        found.add("invalid_ts")
+    elif isinstance(ts, str):
+        assert len(ts) < 20, "the strings drawn here are too short to be RFC 3339 times"
+        found.add("invalid_ts")
+    elif not 0 <= ts <= MAX_TS_MS:
+        found.add("ts_out_of_range")
+    if kind == "impression":
+        found |= _result_faults(obj.get("results")) | _segment_faults(obj.get("segment"))
+    elif "grade" not in obj:
+        found.add("missing_grade")
+    elif (grade := obj["grade"]) is not None:
+        if isinstance(grade, bool) or not isinstance(grade, int | float):
+            found.add("invalid_grade")
+        elif abs(grade) > MAX_ABS_GRADE:
+            found.add("grade_out_of_range")
+    return found
+
+
+def _holds_infinity(value: object) -> bool:
+    if isinstance(value, float):
+        return value in (float("inf"), float("-inf"))
+    if isinstance(value, dict):
+        return any(_holds_infinity(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_infinity(v) for v in value)
+    return False
+
+
+def _result_faults(results: object) -> set[str]:
+    if results is None:
+        return {"missing_results"}
+    if not isinstance(results, list):
+        return {"invalid_results"}
+    if len(results) > DEFAULT_LIMITS.max_results:
+        return {"oversize_results"}
+    found = set()
+    for doc in results:
+        if not isinstance(doc, str):
+            found.add("invalid_result")
+        elif not doc:
+            found.add("empty_result")
+        elif len(doc) > DEFAULT_LIMITS.max_id_length:
+            found.add("oversize_result")
+    return found
+
+
+def _segment_faults(segment: object) -> set[str]:
+    if segment is None:
+        return set()
+    if not isinstance(segment, dict):
+        return {"invalid_segment"}
+    if len(segment) > DEFAULT_LIMITS.max_segment_keys:
+        return {"oversize_segment"}
+    if any(not isinstance(v, str) or not k or len(k) > DEFAULT_LIMITS.max_id_length
+           or len(v) > DEFAULT_LIMITS.max_id_length for k, v in segment.items()):
+        return {"invalid_segment"}
+    return set()
+
+
+WELL_FORMED: dict[str, st.SearchStrategy[object]] = {
+    "impression_id": st.text(min_size=1, max_size=8),
+    "query_id": st.text(min_size=1, max_size=8),
+    "doc_id": st.text(min_size=1, max_size=8),
+    "event_id": st.text(min_size=1, max_size=8),
+    "ts": st.integers(0, MAX_TS_MS),
+    "grade": st.none() | st.integers(-3, 3) | st.floats(-MAX_ABS_GRADE, MAX_ABS_GRADE),
+    "results": st.lists(st.text(min_size=1, max_size=8), max_size=4),
+    "segment": st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=8), max_size=3),
+}
+
+
+def expected_event(obj: dict[str, object]) -> Impression | Judgment:
+    """The event a valid object describes, built without the parser."""
+    fields: dict[str, Any] = obj
+    if fields["type"] == "impression":
+        segment = fields.get("segment") or {}
+        return Impression(impression_id=fields["impression_id"], query_id=fields["query_id"], ts=fields["ts"],
+                          results=tuple(fields["results"]), segment=tuple(sorted(segment.items())),
+                          event_id=fields.get("event_id"))
+    grade = fields["grade"]
+    return Judgment(query_id=fields["query_id"], doc_id=fields["doc_id"], ts=fields["ts"],
+                    grade=None if grade is None else float(grade), event_id=fields.get("event_id"))
+
+
+@st.composite
+def event_like_objects(draw: st.DrawFn) -> dict[str, object]:
+    """Objects with the fields of events, each well-formed, absent or any JSON value; mostly well-formed,
+    so that valid events and objects with a single fault are drawn as well as ones wrong everywhere."""
+    obj: dict[str, object] = {"type": draw(st.sampled_from(["impression", "judgment", "other"]))}
+    for name, well_formed in WELL_FORMED.items():
+        choice = draw(st.sampled_from(["well-formed", "well-formed", "well-formed", "absent", "any"]))
+        if choice != "absent":
+            obj[name] = draw(well_formed if choice == "well-formed" else json_values(allow_infinity=True))
+    return obj
+
+
+@given(event_like_objects())
 def test_no_json_object_makes_the_parser_raise(obj: dict[str, object]) -> None:
-    assert isinstance(parse_event(json.dumps(obj).encode()), Impression | Judgment | InvalidEvent)
+    """Whatever an object holds, the parser returns: the event it describes, or a reason it really is bad."""
+    event = parse_event(json.dumps(obj).encode())
+    expected = faults(obj)
+    if isinstance(event, InvalidEvent):
+        assert event.reason in expected, (event, expected)
+    else:
+        assert not expected, (event, expected)
+        assert event == expected_event(obj)
+
+
+@given(json_scalars(allow_infinity=False) | st.lists(json_values(allow_infinity=False), max_size=4))
+def test_json_that_is_no_object_is_rejected_as_not_an_object(value: object) -> None:
+    event = parse_event(json.dumps(value).encode())
+    assert isinstance(event, InvalidEvent)
+    assert event.reason == "not_object"

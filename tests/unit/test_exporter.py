@@ -8,13 +8,13 @@ from urllib.request import urlopen
 
 from prometheus_client import CollectorRegistry
 
-from stream_ndcg.backoff import Backoff
 from stream_ndcg.engine import Engine
-from stream_ndcg.events import Impression, parse_event
+from stream_ndcg.events import Impression
 from stream_ndcg.exporter import Exporter, WindowView
 from stream_ndcg.metric import Measure
 from stream_ndcg.segments import SegmentProjector
-from stream_ndcg.store import Commit, MemoryStore
+from stream_ndcg.store import MemoryStore
+from tests.support.batches import apply_batch, parsed
 
 T0 = 1_763_683_200_000
 MINUTE = 60_000
@@ -35,12 +35,10 @@ def build(segment_labels: tuple[str, ...] = ("variant",)) -> tuple[MemoryStore, 
 
 
 def feed(store: MemoryStore, engine: Engine, messages: list[bytes], projector: SegmentProjector | None = None) -> None:
-    events = [parse_event(m) for m in messages]
+    events = parsed(messages)
     if projector is not None:
         events = [projector.project(e) if isinstance(e, Impression) else e for e in events]
-    epoch = store.claim("t:0")
-    outcome = engine.apply(events, {}, set(), None, event_clock=True)
-    store.commit([Commit("t:0", epoch, outcome, len(messages), store.next_offset("t:0"))])
+    apply_batch(store, engine, "t:0", events, epoch=store.claim("t:0"), next_offset=len(messages))
 
 
 def test_window_gauges_and_counters() -> None:
@@ -102,11 +100,3 @@ def test_http_endpoints() -> None:
     finally:
         exporter.close()
 
-
-def test_backoff_grows_with_jitter_and_is_capped() -> None:
-    backoff = Backoff(base=0.1, cap=2.0)
-    delays = [backoff.next_delay() for _ in range(20)]
-    assert all(0.1 <= d <= 2.0 for d in delays)
-    assert max(delays[10:]) > 0.2
-    backoff.reset()
-    assert backoff.next_delay() <= 0.2

@@ -16,10 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stream_ndcg.engine import Engine, full_segment_key, window_means
-from stream_ndcg.events import Impression, InvalidEvent, parse_event
 from stream_ndcg.metric import Measure
 from stream_ndcg.replay import Replay
-from stream_ndcg.store import Commit, MemoryStore
+from stream_ndcg.store import MemoryStore
+from tests.support.batches import apply_batch, parsed
 
 DOCS = [f"d{i}" for i in range(7)]
 QUERIES = ["q0", "q1", "q2"]
@@ -116,15 +116,9 @@ def test_the_engine_equals_the_batch_replay_after_every_batch(
         batch = messages[position: position + size]
         if not batch:
             break
-        events = [parse_event(m) for m in batch]
-        snapshot = store.load(
-            "t:0",
-            {e.query_id for e in events if not isinstance(e, InvalidEvent)},
-            {e.impression_id: engine.bucket_of(e.ts) for e in events if isinstance(e, Impression)},
-        )
-        outcome = engine.apply(events, snapshot.states, snapshot.known_impressions)
         position += len(batch)
-        store.commit([Commit("t:0", epoch, outcome, position, store.next_offset("t:0"))])
+        # The processing clock: no expiry, so that every event counts whatever its time.
+        apply_batch(store, engine, "t:0", parsed(batch), epoch=epoch, next_offset=position, event_clock=False)
         for message in batch:
             replay.add(message)
         expected = replay.summary()

@@ -1,0 +1,150 @@
+"""One `stream-ndcg run` process for a test: its environment, start, scrapes, kill -9 and teardown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.error import URLError
+from urllib.request import urlopen
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from stream_ndcg.devtools.servers import free_port
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def service_environment(bootstrap: str, redis_url: str, **settings: str) -> dict[str, str]:
+    """STREAM_NDCG_* variables for a service of its own consumer group and Redis namespace, with
+    the event clock (so that the numbers do not depend on when the test runs); `settings` add to
+    them or replace them."""
+    tag = uuid.uuid4().hex[:10]
+    return {
+        "STREAM_NDCG_BOOTSTRAP_SERVERS": bootstrap,
+        "STREAM_NDCG_REDIS_URL": redis_url,
+        "STREAM_NDCG_GROUP_ID": f"group-{tag}",
+        "STREAM_NDCG_NAMESPACE": f"ns-{tag}",
+        "STREAM_NDCG_CLOCK": "event",
+        "STREAM_NDCG_LINGER": "50ms",
+        "STREAM_NDCG_METRICS_HOST": "127.0.0.1",
+        **settings,
+    }
+
+
+@dataclass
+class Service:
+    """One `stream-ndcg run` process, configured through STREAM_NDCG_* variables."""
+
+    env: dict[str, str]
+    workdir: Path
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    def start(self) -> None:
+        env = dict(os.environ, **self.env, STREAM_NDCG_METRICS_PORT=str(self.port))
+        log = open(self.workdir / f"service-{self.port}-{self.starts}.log", "wb")  # noqa: SIM115
+        self.starts += 1
+        self.process = subprocess.Popen([sys.executable, "-m", "stream_ndcg.cli", "run"], env=env,
+                                        stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"service exited with {self.process.returncode}: {self.logs()[-5000:]}")
+            try:
+                urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1).read()  # noqa: S310
+                return
+            except (URLError, OSError):
+                time.sleep(0.1)
+        raise AssertionError("service did not serve /healthz in 30s")
+
+    def logs(self) -> str:
+        """Everything every run of this service logged."""
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.workdir.glob(f"service-{self.port}-*.log")))
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """kill -9, as a crash would end it."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise
+        return int(self.process.returncode)
+
+    def scrape(self) -> Samples:
+        body = urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10).read().decode()  # noqa: S310
+        samples: Samples = {}
+        for family in text_string_to_metric_families(body):
+            for sample in family.samples:
+                samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return samples
+
+    def ready(self) -> bool:
+        try:
+            return bool(urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2).status == 200)  # noqa: S310
+        except (URLError, OSError):
+            return False
+
+
+@contextmanager
+def killed_at_exit(services: Iterable[Service]) -> Iterator[None]:
+    """kill -9 every service of `services` (read at exit, so it may grow) still running when the block ends,
+    however it ends: a failed test leaves no process behind."""
+    try:
+        yield
+    finally:
+        for service in services:
+            if service.running():
+                service.kill()
+
+
+def settled(samples: Samples) -> int:
+    """Every message the service has taken in: accepted, duplicate or rejected."""
+    return int(sum(v for (name, _), v in samples.items() if name in (
+        "stream_ndcg_events_total", "stream_ndcg_events_rejected_total", "stream_ndcg_events_duplicate_total")))
+
+
+def progress(service: Service) -> int:
+    """The messages the service has taken in, 0 while it does not answer (starting, killed)."""
+    try:
+        return settled(service.scrape())
+    except OSError:
+        return 0
+
+
+def wait_for_messages(service: Service, expected: int, timeout: float = 180) -> Samples:
+    """The service's samples once it has taken in exactly `expected` messages; fails on more (double counting)."""
+    deadline = time.monotonic() + timeout
+    seen = -1
+    while time.monotonic() < deadline:
+        try:
+            samples = service.scrape()
+        except (URLError, OSError):
+            time.sleep(0.5)
+            continue
+        seen = settled(samples)
+        assert seen <= expected, f"more messages counted ({seen}) than sent ({expected}): double counting"
+        if seen == expected:
+            return samples
+        time.sleep(0.3)
+    raise AssertionError(f"{seen} of {expected} messages taken in after {timeout}s\n{service.logs()[-5000:]}")

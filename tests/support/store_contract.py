@@ -1,0 +1,136 @@
+"""The state-store contract: what every StateStore does, written once and run for each store.
+
+A test module runs it for its store with a subclass that provides the `store` fixture, as
+arroyo's tests/backends/mixins.py does for its consumers::
+
+    class TestMemoryStore(StoreContract):
+        @pytest.fixture
+        def store(self) -> StateStore:
+            return MemoryStore(bucket_ms=BUCKET, horizon_ms=HORIZON)
+
+The in-memory store runs it from tests/unit, the Redis stores from tests/integration.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
+from stream_ndcg.engine import Engine, window_means
+from stream_ndcg.errors import ConfigError, FencedError
+from stream_ndcg.events import InvalidEvent, parse_event
+from stream_ndcg.metric import Measure
+from stream_ndcg.store import MemoryStore, StateStore
+from tests.support.batches import apply_batch, parsed
+
+MEASURE = Measure(cutoffs=(3, 10))
+BUCKET = 60_000
+HORIZON = 3_600_000
+T0 = 1_763_683_200_000
+
+
+class StoreContract:
+    """The contract's tests; a subclass named Test... runs them with its `store` fixture."""
+
+    def test_claims_fence_earlier_holders(self, store: StateStore) -> None:
+        first = store.claim("t:0")
+        second = store.claim("t:0")
+        assert second != first
+        engine = Engine(MEASURE, BUCKET)
+        with pytest.raises(FencedError):
+            apply_batch(store, engine, "t:0", [], epoch=first, next_offset=1)
+        assert store.next_offset("t:0") is None
+        apply_batch(store, engine, "t:0", [], epoch=second, next_offset=7)
+        assert store.next_offset("t:0") == 7
+        assert store.next_offset("t:1") is None
+
+    def test_commits_round_trip_and_add_up_across_partitions(self, store: StateStore) -> None:
+        engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+        messages = [v for _, v in Simulator(SimulationSpec(events=3000, seed=3, queries=50, rate=50.0,
+                                                             malformed_share=0.02)).messages()]
+        epochs = {p: store.claim(p) for p in ("t:0", "t:1")}
+        memory = MemoryStore(bucket_ms=BUCKET, horizon_ms=HORIZON)
+        memory_epoch = memory.claim("all")
+        for start in range(0, len(messages), 250):
+            chunk = messages[start:start + 250]
+            # Queries split by partition, as Kafka keys would split them.
+            by_partition: dict[str, list[bytes]] = {"t:0": [], "t:1": []}
+            for message in chunk:
+                event = parse_event(message)
+                key = event.query_id if not isinstance(event, InvalidEvent) else ""
+                by_partition[f"t:{sum(key.encode()) % 2}"].append(message)
+            redelivered = {partition: raw + raw[:3] for partition, raw in by_partition.items()}
+            for partition, raw in redelivered.items():
+                apply_batch(store, engine, partition, parsed(raw), epoch=epochs[partition], next_offset=start + 250)
+            apply_batch(memory, engine, "all", parsed(redelivered["t:0"] + redelivered["t:1"]), epoch=memory_epoch,
+                        next_offset=start + 250)
+        assert store.counts() == memory.counts()
+        assert store.clock_ms() == memory.clock_ms()
+        ours = window_means(store.aggregates(), MEASURE.cutoffs)
+        reference = window_means(memory.aggregates(), MEASURE.cutoffs)
+        for k, row in reference.items():
+            for name, value in row.items():
+                assert ours[k][name] == pytest.approx(value, abs=1e-9), (k, name)
+        assert store.counts()["duplicate:impression"] > 0
+        oldest = min(key[0] for key in store.aggregates())
+        assert store.aggregates(since_bucket=oldest + 1).keys() == {k for k in store.aggregates() if k[0] > oldest}
+
+    def test_a_commit_from_another_offset_than_the_stored_one_is_refused(self, store: StateStore) -> None:
+        engine = Engine(MEASURE, BUCKET)
+        epoch = store.claim("t:0")
+        apply_batch(store, engine, "t:0", [], epoch=epoch, next_offset=10, expected_offset=None)
+        with pytest.raises(FencedError, match="offset"):
+            apply_batch(store, engine, "t:0", [], epoch=epoch, next_offset=20, expected_offset=None)
+        with pytest.raises(FencedError, match="offset"):
+            apply_batch(store, engine, "t:0", [], epoch=epoch, next_offset=20, expected_offset=9)
+        apply_batch(store, engine, "t:0", [], epoch=epoch, next_offset=20, expected_offset=10)
+        assert store.next_offset("t:0") == 20
+
+    def test_an_impression_id_seen_again_is_a_duplicate_whatever_its_time(self, store: StateStore) -> None:
+        engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+        epoch = store.claim("t:0")
+        first = b'{"type":"impression","impression_id":"i","query_id":"q","ts":%d,"results":["a"]}' % T0
+        again = b'{"type":"impression","impression_id":"i","query_id":"q","ts":%d,"results":["a"]}' % (T0 + 5 * BUCKET)
+        apply_batch(store, engine, "t:0", parsed([first]), epoch=epoch, next_offset=1)
+        apply_batch(store, engine, "t:0", parsed([again]), epoch=epoch, next_offset=2)
+        assert store.counts()["impression"] == 1
+        assert store.counts()["duplicate:impression"] == 1
+
+    def test_ranked_lists_are_kept_deduplicated_with_counts(self, store: StateStore) -> None:
+        engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+        epoch = store.claim("t:0")
+        shown = [b'{"type":"impression","impression_id":"%d","query_id":"q","ts":%d,"results":["a","b"]}' % (i, T0 + i)
+                 for i in range(3)]
+        other = b'{"type":"impression","impression_id":"x","query_id":"q","ts":%d,"results":["b"],' \
+                b'"segment":{"variant":"B"}}' % (T0 + BUCKET)
+        apply_batch(store, engine, "t:0", parsed(shown[:2]), epoch=epoch, next_offset=2)
+        apply_batch(store, engine, "t:0", parsed([shown[2], other]), epoch=epoch, next_offset=4)
+        bucket = T0 // BUCKET
+        assert store.ranked_lists("t:0", "q") == {(bucket, "{}", ("a", "b")): 3,
+                                                  (bucket + 1, '{"variant":"B"}', ("b",)): 1}
+        assert store.ranked_lists("t:0", "unknown") == {}
+
+    def test_segment_values_are_admitted_up_to_the_cap(self, store: StateStore) -> None:
+        assert [store.admit("variant", v, 2) for v in ("A", "B", "C", "A", "D", "B")] == [
+            True, True, False, True, False, True]
+        assert store.admit("engine", "x", 1)
+
+    def test_state_built_with_another_metric_configuration_is_refused_unless_rebuilt(self, store: StateStore) -> None:
+        linear = {"k": [3, 10], "gain": "linear", "ideal": "pool"}
+        exponential = dict(linear, gain="exponential")
+        assert store.adopt(linear) is False
+        assert store.adopt(linear) is False
+        engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+        shown = parsed([b'{"type":"impression","impression_id":"i","query_id":"q","ts":%d,"results":["a"]}' % T0])
+        apply_batch(store, engine, "t:0", shown, epoch=store.claim("t:0"), next_offset=1)
+        with pytest.raises(ConfigError, match="gain: state built with 'linear', configured 'exponential'"):
+            store.adopt(exponential)
+        assert store.counts()["impression"] == 1
+        assert store.adopt(exponential, rebuild=True) is True
+        assert store.next_offset("t:0") is None
+        assert not store.counts() and not store.aggregates() and store.ranked_lists("t:0", "q") == {}
+        apply_batch(store, engine, "t:0", shown, epoch=store.claim("t:0"), next_offset=1)
+        assert store.counts()["impression"] == 1
+        assert store.adopt(exponential, rebuild=True) is False
+        with pytest.raises(ConfigError, match="gain"):
+            store.adopt(linear)

@@ -1,0 +1,14 @@
+"""The state-store contract, run for the in-memory store (the Redis stores run it in tests/integration)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stream_ndcg.store import MemoryStore, StateStore
+from tests.support.store_contract import BUCKET, HORIZON, StoreContract
+
+
+class TestMemoryStore(StoreContract):
+    @pytest.fixture
+    def store(self) -> StateStore:
+        return MemoryStore(bucket_ms=BUCKET, horizon_ms=HORIZON)
