@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import queue
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -17,12 +18,19 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
-from kafka.errors import KafkaError, MessageSizeTooLargeError
+from kafka.errors import KafkaError, MessageSizeTooLargeError, UnsupportedCodecError
 from kafka.structs import OffsetAndMetadata
 
 from stream_ndcg.config import Settings
 from stream_ndcg.engine import Engine
-from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled, FencedError, RecoverableError, StoreUnavailable
+from stream_ndcg.errors import (
+    BrokerUnavailable,
+    ConsumerStalled,
+    FencedError,
+    RecoverableError,
+    StoreUnavailable,
+    UndecodableRecords,
+)
 from stream_ndcg.events import Event, Impression, InvalidEvent, Judgment, Limits, parse_event
 from stream_ndcg.exporter import Exporter
 from stream_ndcg.store import Commit, StateStore
@@ -212,6 +220,11 @@ class StreamProcessor:
         # What this instance knows the store holds: every commit must start from it.
         self._stored_offsets: dict[TopicPartition, int | None] = {}
         self._healthy = False
+        # What stream_ndcg_ready last said, to log its changes only.
+        self._said_ready = False
+        # Partitions held up by a batch this installation cannot decompress, with the fault:
+        # not ready until they move on, and the fault logged once, not at every retry.
+        self._undecodable: dict[tuple[str | None, int | None], str] = {}
         self._last_contact = time.monotonic()
         # When each owned partition last gave records (or was claimed).
         self._last_records: dict[TopicPartition, float] = {}
@@ -225,7 +238,7 @@ class StreamProcessor:
         self._shutdown.set()
 
     def ready(self) -> bool:
-        return self._healthy and not self._unclaimed
+        return self._healthy and not self._unclaimed and not self._undecodable
 
     def run(self) -> None:
         """Consume until shutdown(); ConfigError if the stored state was built with another
@@ -237,7 +250,9 @@ class StreamProcessor:
             while not self._shutdown.is_set():
                 try:
                     self._cycle()
-                    self.backoff.reset()
+                    if not self._undecodable:
+                        # Polls between the failing ones do not end that fault: keep backing off.
+                        self.backoff.reset()
                     self._set_healthy(True)
                 except RecoverableError as exc:
                     self._recover(exc)
@@ -299,6 +314,8 @@ class StreamProcessor:
     def _cycle(self) -> None:
         try:
             polled = self.consumer.poll(timeout_ms=self.settings.linger, max_records=self.settings.batch_size)
+        except UnsupportedCodecError as exc:
+            raise self._undecodable_records(self.consumer, exc) from exc
         except KafkaError as exc:
             raise BrokerUnavailable(f"Kafka poll failed: {type(exc).__name__}: {exc}") from exc
         self._apply_rebalances()
@@ -317,6 +334,30 @@ class StreamProcessor:
             self._check_stalled()
         self._claim_pending()
         self._report_lag()
+
+    @staticmethod
+    def _undecodable_records(consumer: KafkaConsumer, exc: UnsupportedCodecError) -> UndecodableRecords:
+        """Say which partition, offset and codec poll() could not decompress, and unjam the consumer.
+
+        kafka-python 3.0's error names only the codec ("Libraries for zstd compression codec not
+        found"); the partition and offset are those of the fetcher's records in progress, the
+        PartitionRecords whose batch raised. kafka-python 3.0.12 leaves that object in place,
+        exhausted but not drained, and the next poll() then spins forever in
+        Fetcher.fetched_records (seen here; no upstream issue found). Drained, the partition is
+        fetched again from the same offset and poll() raises again: a retry, not a hang.
+        """
+        named = re.search(r"for (\w+) compression codec", str(exc))
+        codec = named.group(1) if named else f"an unknown codec ({exc})"
+        # The packages kafka.codec imports (kafka-python's extras lz4, snappy and zstd).
+        package = {"snappy": "python-snappy", "lz4": "lz4", "zstd": "zstandard"}.get(codec)
+        remedy = (f"install the Python package {package} (a dependency of stream-ndcg) and restart"
+                  if package else "no Python library decompresses it: check what the producers use")
+        stuck = getattr(getattr(consumer, "_fetcher", None), "_next_partition_records", None)
+        if stuck is None:
+            return UndecodableRecords(codec, None, None, None, remedy)
+        stuck.drain()
+        return UndecodableRecords(codec, stuck.topic_partition.topic, stuck.topic_partition.partition,
+                                  stuck.next_fetch_offset, remedy)
 
     def _coordinator_lost(self) -> bool:
         """Whether the consumer has lost its group coordinator, as it does within seconds of the
@@ -343,28 +384,35 @@ class StreamProcessor:
                                   f"{', '.join(map(partition_name, behind))} have some: rejoining the group")
 
     def _recover(self, exc: RecoverableError) -> None:
+        level = logging.WARNING
+        if isinstance(exc, UndecodableRecords):
+            # The same batch fails at every retry until the library is installed: say it once.
+            level = logging.DEBUG if str(exc) in self._undecodable.values() else logging.ERROR
+            self._undecodable[(exc.topic, exc.partition)] = str(exc)
         self._set_healthy(False)
         # A commit whose reply was lost may have landed: trust only the stored offsets.
         self._unclaimed.update(self._owned)
         self._owned.clear()
-        self._back_off(type(exc).__name__, str(exc))
+        self._back_off(type(exc).__name__, str(exc), level)
         if isinstance(exc, ConsumerStalled) and not self._shutdown.is_set():
             self.consumer.close(autocommit=False)
             if self._connect_consumer():
                 self._subscribe()
 
-    def _back_off(self, cause: str, fault: str) -> None:
+    def _back_off(self, cause: str, fault: str, level: int = logging.WARNING) -> None:
         """Count the fault by cause, say so, and wait a jittered delay (cut short by shutdown)."""
         self.exporter.backoffs.labels(cause=cause).inc()
         delay = self.backoff.next_delay()
-        logger.warning("%s; retrying in %.1fs", fault, delay)
+        logger.log(level, "%s; retrying in %.1fs", fault, delay)
         self._shutdown.wait(delay)
 
     def _set_healthy(self, healthy: bool) -> None:
-        if healthy != self._healthy:
-            logger.info("ready" if healthy else "not ready")
         self._healthy = healthy
-        self.exporter.ready.set(1 if self.ready() else 0)
+        ready = self.ready()
+        if ready != self._said_ready:
+            logger.info("ready" if ready else "not ready")
+            self._said_ready = ready
+        self.exporter.ready.set(1 if ready else 0)
 
     # -- partitions --------------------------------------------------------
 
@@ -394,6 +442,7 @@ class StreamProcessor:
             self._owned.pop(tp, None)
             self._unclaimed.discard(tp)
             self._next_offsets.pop(tp, None)
+            self._undecodable.pop((tp.topic, tp.partition), None)
             # The new holder reports this partition's lag from now on.
             try:
                 self.exporter.consumer_lag.remove(tp.topic, str(tp.partition))
@@ -476,6 +525,7 @@ class StreamProcessor:
             return
         for tp, records in batch.items():
             self._next_offsets[tp] = self._stored_offsets[tp] = records[-1].offset + 1
+            self._undecodable.pop((tp.topic, tp.partition), None)
         applied_s = self.clock()
         for ts in judgment_times:
             self.exporter.judgment_latency.observe(max(0.0, applied_s - ts / 1000))
