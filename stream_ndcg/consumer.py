@@ -350,7 +350,7 @@ class StreamProcessor:
         codec = named.group(1) if named else f"an unknown codec ({exc})"
         # The packages kafka.codec imports (kafka-python's extras lz4, snappy and zstd).
         package = {"snappy": "python-snappy", "lz4": "lz4", "zstd": "zstandard"}.get(codec)
-        remedy = (f"install the Python package {package} (a dependency of stream-ndcg) and restart"
+        remedy = (f"install the Python package {package}, a dependency of stream-ndcg, and restart"
                   if package else "no Python library decompresses it: check what the producers use")
         stuck = getattr(getattr(consumer, "_fetcher", None), "_next_partition_records", None)
         if stuck is None:
@@ -389,10 +389,13 @@ class StreamProcessor:
             # The same batch fails at every retry until the library is installed: say it once.
             level = logging.DEBUG if str(exc) in self._undecodable.values() else logging.ERROR
             self._undecodable[(exc.topic, exc.partition)] = str(exc)
+        else:
+            # A commit whose reply was lost may have landed: trust only the stored offsets. (An
+            # undecodable batch stops poll() before any write: the claims hold, and the other
+            # partitions go on, where claiming again would drop what they fetched.)
+            self._unclaimed.update(self._owned)
+            self._owned.clear()
         self._set_healthy(False)
-        # A commit whose reply was lost may have landed: trust only the stored offsets.
-        self._unclaimed.update(self._owned)
-        self._owned.clear()
         self._back_off(type(exc).__name__, str(exc), level)
         if isinstance(exc, ConsumerStalled) and not self._shutdown.is_set():
             self.consumer.close(autocommit=False)
