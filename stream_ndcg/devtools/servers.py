@@ -4,7 +4,8 @@ Kafka is a single-node KRaft broker run from the broker's jars on Maven
 Central, fetched once with Maven into a cache outside the work tree
 (``$STREAM_NDCG_CACHE``, default ``~/.cache/stream-ndcg``). Redis is Debian's
 ``redis-server``, with AOF ``everysec`` as production should run it. Both
-listen on 127.0.0.1 only.
+listen on 127.0.0.1 only. Kafka's command-line tools (the console producer
+of the tests) are fetched the same way, beside the broker's jars.
 
     with KafkaBroker.start(workdir) as kafka, RedisServer.start(workdir) as redis:
         print(kafka.bootstrap, redis.url)
