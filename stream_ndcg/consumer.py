@@ -16,7 +16,7 @@ from typing import Any
 
 from stream_ndcg.backoff import Backoff
 from stream_ndcg.config import Settings
-from stream_ndcg.errors import ConsumerStalled, FencedError, RecoverableError, StoreUnavailable
+from stream_ndcg.errors import ConsumerStalled, FencedError, RecoverableError, StoreUnavailable, UndecodableRecords
 from stream_ndcg.exporter import Exporter
 from stream_ndcg.ownership import Ownership
 from stream_ndcg.pipeline import BatchPipeline, PartitionBatch
@@ -70,6 +70,11 @@ class StreamProcessor:
         self.ownership = Ownership()
         self._shutdown = threading.Event()
         self._healthy = False
+        # What stream_ndcg_ready last said, to log its changes only.
+        self._said_ready = False
+        # Partitions held up by a batch this installation cannot decompress, with the fault:
+        # not ready until they move on, and the fault logged once, not at every retry.
+        self._undecodable: dict[tuple[str | None, int | None], str] = {}
         self._last_contact = time.monotonic()
 
     # -- lifecycle ---------------------------------------------------------
@@ -79,7 +84,7 @@ class StreamProcessor:
         self._shutdown.set()
 
     def ready(self) -> bool:
-        return self._healthy and self.ownership.settled
+        return self._healthy and self.ownership.settled and not self._undecodable
 
     def run(self) -> None:
         """Consume until shutdown(); ConfigError if the stored state was built with another
@@ -101,7 +106,9 @@ class StreamProcessor:
         """One poll and its batch; a transient fault is counted and waited out, never raised."""
         try:
             self._cycle()
-            self.backoff.reset()
+            if not self._undecodable:
+                # Polls between the failing ones do not end that fault: keep backing off.
+                self.backoff.reset()
             self._set_healthy(True)
         except RecoverableError as exc:
             self._recover(exc)
@@ -169,25 +176,36 @@ class StreamProcessor:
         self._report_lag()
 
     def _recover(self, exc: RecoverableError) -> None:
+        level = logging.WARNING
+        if isinstance(exc, UndecodableRecords):
+            # The same batch fails at every retry until the library is installed: say it once.
+            level = logging.DEBUG if str(exc) in self._undecodable.values() else logging.ERROR
+            self._undecodable[(exc.topic, exc.partition)] = str(exc)
+        else:
+            # A commit whose reply was lost may have landed: trust only the stored offsets. (An
+            # undecodable batch stops poll() before any write: the claims hold, and the other
+            # partitions go on, where claiming again would drop what they fetched.)
+            self.ownership.release_all()
         self._set_healthy(False)
-        self.ownership.release_all()
-        self._back_off(type(exc).__name__, str(exc))
+        self._back_off(type(exc).__name__, str(exc), level)
         if isinstance(exc, ConsumerStalled) and not self._shutdown.is_set():
             self.source.close()
             self._open_source()
 
-    def _back_off(self, cause: str, fault: str) -> None:
+    def _back_off(self, cause: str, fault: str, level: int = logging.WARNING) -> None:
         """Count the fault by cause, say so, and wait a jittered delay (cut short by shutdown)."""
         self.exporter.backoffs.labels(cause=cause).inc()
         delay = self.backoff.next_delay()
-        logger.warning("%s; retrying in %.1fs", fault, delay)
+        logger.log(level, "%s; retrying in %.1fs", fault, delay)
         self._shutdown.wait(delay)
 
     def _set_healthy(self, healthy: bool) -> None:
-        if healthy != self._healthy:
-            logger.info("ready" if healthy else "not ready")
         self._healthy = healthy
-        self.exporter.ready.set(1 if self.ready() else 0)
+        ready = self.ready()
+        if ready != self._said_ready:
+            logger.info("ready" if ready else "not ready")
+            self._said_ready = ready
+        self.exporter.ready.set(1 if ready else 0)
 
     # -- partitions --------------------------------------------------------
 
@@ -197,6 +215,7 @@ class StreamProcessor:
         stored offset."""
         gone, new = self.ownership.sync(self.source.assignment(), self.source.revoked())
         for partition in gone:
+            self._undecodable.pop(partition, None)
             # The new holder reports this partition's lag from now on.
             try:
                 self.exporter.consumer_lag.remove(partition.topic, str(partition.partition))
@@ -260,6 +279,7 @@ class StreamProcessor:
             return
         for partition, records in batch.items():
             self.ownership.committed(partition, records[-1].offset + 1)
+            self._undecodable.pop(partition, None)
         applied_s = self.clock()
         for ts in result.judgment_times:
             self.exporter.judgment_latency.observe(max(0.0, applied_s - ts / 1000))

@@ -5,7 +5,8 @@
     ├── RecoverableError            the world is broken for now: back off, retry, never exit
     │   ├── StoreUnavailable        Redis cannot be reached or failed mid-command
     │   ├── BrokerUnavailable       Kafka cannot be reached
-    │   └── ConsumerStalled         Kafka has records for us, the consumer returns none: rejoin
+    │   ├── ConsumerStalled         Kafka has records for us, the consumer returns none: rejoin
+    │   └── UndecodableRecords      a batch compressed with a codec this install cannot decompress
     └── FencedError                 another instance claimed the partition: drop it, do not write
 
 Bad input is not an exception: `events.parse_event` returns an `InvalidEvent`,
@@ -38,6 +39,27 @@ class BrokerUnavailable(RecoverableError):
 class ConsumerStalled(RecoverableError):
     """The consumer returns no records for partitions that have some (a kafka-python 3.0 fault
     after some rebalances, dpkp/kafka-python#3131): only a new consumer recovers."""
+
+
+class UndecodableRecords(RecoverableError):
+    """The Kafka client cannot decompress a batch: its codec's library is not installed.
+
+    The partition cannot advance past the batch until the library is installed and the
+    service restarted; the batch is never skipped, since that would lose its events.
+    `topic`, `partition` and `offset` (of the first record not read) are None when the
+    client does not tell them.
+    """
+
+    def __init__(self, codec: str, topic: str | None, partition: int | None, offset: int | None,
+                 remedy: str) -> None:
+        where = (f"{topic}:{partition} at offset {offset}" if topic is not None
+                 else "a partition the Kafka client did not name")
+        super().__init__(f"cannot decode the records of {where}: compressed with {codec}, "
+                         f"which this installation cannot decompress ({remedy})")
+        self.codec = codec
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
 
 
 class FencedError(StreamNdcgError):

@@ -11,6 +11,9 @@ kafka-python 3.0 faults this adapter works around (each seen in this project's t
 - pause and resume across rebalances have left partitions stuck: nothing is paused;
 - `poll()` just returns nothing while no broker answers and there is no public health
   signal: an empty poll with no group coordinator raises `BrokerUnavailable`;
+- a batch whose codec's library is missing raises UnsupportedCodecError once, naming only the
+  codec, and leaves the fetcher so that the next poll spins forever: `UndecodableRecords`
+  names the partition and offset, and the fetcher is unjammed (see `_undecodable_records`);
 - a consumer can stop fetching partitions that have records after some rebalances
   (dpkp/kafka-python#3131): a quiet partition's end offset is compared with the position
   every `STALL_CHECK_S`, and `ConsumerStalled` tells the processor to open a new consumer.
@@ -19,16 +22,17 @@ kafka-python 3.0 faults this adapter works around (each seen in this project's t
 from __future__ import annotations
 
 import queue
+import re
 import time
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
-from kafka.errors import KafkaError
+from kafka.errors import KafkaError, UnsupportedCodecError
 from kafka.structs import OffsetAndMetadata
 
-from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled
+from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled, UndecodableRecords
 from stream_ndcg.source import Partition, Record, StartFrom
 
 
@@ -78,6 +82,8 @@ class KafkaSource:
             self._check_stalled()
         try:
             polled = self.consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+        except UnsupportedCodecError as exc:
+            raise _undecodable_records(self.consumer, exc) from exc
         except KafkaError as exc:
             raise BrokerUnavailable(f"Kafka poll failed: {type(exc).__name__}: {exc}") from exc
         if not polled and self._coordinator_lost():
@@ -166,6 +172,30 @@ class KafkaSource:
             names = ", ".join(f"{tp.topic}:{tp.partition}" for tp in behind)
             raise ConsumerStalled(f"no records for {self.STALL_CHECK_S:.0f}s while {names} have some: "
                                   "rejoining the group")
+
+
+def _undecodable_records(consumer: KafkaConsumer, exc: UnsupportedCodecError) -> UndecodableRecords:
+    """Say which partition, offset and codec poll() could not decompress, and unjam the consumer.
+
+    kafka-python 3.0's error names only the codec ("Libraries for zstd compression codec not
+    found"); the partition and offset are those of the fetcher's records in progress, the
+    PartitionRecords whose batch raised. kafka-python 3.0.12 leaves that object in place,
+    exhausted but not drained, and the next poll() then spins forever in
+    Fetcher.fetched_records (seen here; no upstream issue found). Drained, the partition is
+    fetched again from the same offset and poll() raises again: a retry, not a hang.
+    """
+    named = re.search(r"for (\w+) compression codec", str(exc))
+    codec = named.group(1) if named else f"an unknown codec ({exc})"
+    # The packages kafka.codec imports (kafka-python's extras lz4, snappy and zstd).
+    package = {"snappy": "python-snappy", "lz4": "lz4", "zstd": "zstandard"}.get(codec)
+    remedy = (f"install the Python package {package}, a dependency of stream-ndcg, and restart"
+              if package else "no Python library decompresses it: check what the producers use")
+    stuck = getattr(getattr(consumer, "_fetcher", None), "_next_partition_records", None)
+    if stuck is None:
+        return UndecodableRecords(codec, None, None, None, remedy)
+    stuck.drain()
+    return UndecodableRecords(codec, stuck.topic_partition.topic, stuck.topic_partition.partition,
+                              stuck.next_fetch_offset, remedy)
 
 
 class _Revocations(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -4,7 +4,8 @@ Kafka is a single-node KRaft broker run from the broker's jars on Maven
 Central, fetched once with Maven into a cache outside the work tree
 (``$STREAM_NDCG_CACHE``, default ``~/.cache/stream-ndcg``). Redis is Debian's
 ``redis-server``, with AOF ``everysec`` as production should run it. Both
-listen on 127.0.0.1 only.
+listen on 127.0.0.1 only. Kafka's command-line tools (the console producer
+of the tests) are fetched the same way, beside the broker's jars.
 
     with KafkaBroker.start(workdir) as kafka, RedisServer.start(workdir) as redis:
         print(kafka.bootstrap, redis.url)
@@ -34,22 +35,21 @@ KAFKA_VERSION = "4.1.1"
 LOG4J_VERSION = "2.24.3"
 LOOPBACK = "127.0.0.1"
 
-_POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>local.stream-ndcg</groupId>
-  <artifactId>kafka-broker-classpath</artifactId>
+  <artifactId>kafka-classpath</artifactId>
   <version>1</version>
   <packaging>pom</packaging>
   <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId>
-      <version>{KAFKA_VERSION}</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId>
-      <version>{LOG4J_VERSION}</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId>
-      <version>{LOG4J_VERSION}</version></dependency>
+{dependencies}
   </dependencies>
 </project>
 """
+
+# The SLF4J binding of every classpath below, with log4j-core.
+_LOGGING = [("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION),
+            ("org.apache.logging.log4j", "log4j-core", LOG4J_VERSION)]
 
 _LOG4J2 = """status = error
 appender.file.type = File
@@ -68,14 +68,29 @@ def cache_dir() -> Path:
 
 def kafka_classpath() -> str:
     """The broker's classpath, fetched from Maven Central on first use."""
-    lib = cache_dir() / f"kafka-{KAFKA_VERSION}" / "lib"
+    return _maven_classpath("lib", [("org.apache.kafka", "kafka_2.13", KAFKA_VERSION), *_LOGGING])
+
+
+def kafka_tools_classpath() -> str:
+    """The classpath of Kafka's command-line tools (org.apache.kafka.tools.ConsoleProducer, ...),
+    fetched from Maven Central on first use. It holds the Java client and its compression
+    libraries, so the tools produce what the stack's Java producers produce."""
+    return _maven_classpath("tools-lib", [("org.apache.kafka", "kafka-tools", KAFKA_VERSION), *_LOGGING])
+
+
+def _maven_classpath(name: str, dependencies: list[tuple[str, str, str]]) -> str:
+    """The jars of `dependencies` and all they need, copied once by Maven into the cache."""
+    lib = cache_dir() / f"kafka-{KAFKA_VERSION}" / name
     if not lib.is_dir():
         mvn = shutil.which("mvn")
         if mvn is None:
-            raise RuntimeError("Maven (mvn) is needed once to fetch the Kafka broker's jars")
+            raise RuntimeError("Maven (mvn) is needed once to fetch the Kafka jars")
         lib.parent.mkdir(parents=True, exist_ok=True)
+        pom = _POM.format(dependencies="\n".join(
+            f"    <dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
+            f"<version>{version}</version></dependency>" for group, artifact, version in dependencies))
         with tempfile.TemporaryDirectory(dir=lib.parent) as scratch:
-            Path(scratch, "pom.xml").write_text(_POM)
+            Path(scratch, "pom.xml").write_text(pom)
             logger.info("fetching Kafka %s jars from Maven Central into %s", KAFKA_VERSION, lib)
             subprocess.run(  # noqa: S603 - fixed arguments
                 [mvn, "-B", "-q", "org.apache.maven.plugins:maven-dependency-plugin:3.7.1:copy-dependencies",

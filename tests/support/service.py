@@ -48,12 +48,14 @@ class Service:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    # The interpreter that runs it, with its flags: by default the one running the tests.
+    python: tuple[str, ...] = (sys.executable,)
 
     def start(self) -> None:
         env = dict(os.environ, **self.env, STREAM_NDCG_METRICS_PORT=str(self.port))
         log = open(self.workdir / f"service-{self.port}-{self.starts}.log", "wb")  # noqa: SIM115
         self.starts += 1
-        self.process = subprocess.Popen([sys.executable, "-m", "stream_ndcg.cli", "run"], env=env,
+        self.process = subprocess.Popen([*self.python, "-m", "stream_ndcg.cli", "run"], env=env,
                                         stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + 30

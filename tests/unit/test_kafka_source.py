@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 from kafka import TopicPartition
+from kafka.errors import UnsupportedCodecError
 
-from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled
+from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled, UndecodableRecords
 from stream_ndcg.kafka_source import KafkaSource
 from stream_ndcg.source import Partition
 
@@ -79,3 +80,22 @@ def test_partitions_are_named_and_sought_as_kafka_python_expects() -> None:
     assert source.assignment() == {Partition("events", 0), Partition("events", 1)}
     source.seek(Partition("events", 1), 42, "earliest")
     assert consumer.sought == [(TopicPartition("events", 1), 42)]
+
+
+def test_a_batch_without_its_codec_library_is_named_and_the_fetcher_unjammed() -> None:
+    consumer = SilentConsumer(end_offset=0)
+    drained: list[bool] = []
+
+    def poll(timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Any]]:
+        # What kafka-python 3.0.12 leaves behind: the fetcher's records in progress, not drained.
+        consumer._fetcher = SimpleNamespace(_next_partition_records=SimpleNamespace(  # type: ignore[attr-defined]
+            topic_partition=ASSIGNED[0], next_fetch_offset=7, drain=lambda: drained.append(True)))
+        raise UnsupportedCodecError("Libraries for zstd compression codec not found")
+
+    consumer.poll = poll  # type: ignore[method-assign]
+    with pytest.raises(UndecodableRecords) as raised:
+        source_over(consumer).poll(10, 10)
+    assert (raised.value.codec, raised.value.topic, raised.value.partition, raised.value.offset) == (
+        "zstd", "events", 0, 7)
+    assert "install the Python package zstandard" in str(raised.value)
+    assert drained == [True]

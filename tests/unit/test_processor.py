@@ -6,6 +6,7 @@ event is counted twice."""
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from collections.abc import Collection, Mapping
 
@@ -17,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from stream_ndcg.config import Settings
 from stream_ndcg.consumer import StreamProcessor
 from stream_ndcg.engine import Engine, window_means
-from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled, StoreUnavailable
+from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled, StoreUnavailable, UndecodableRecords
 from stream_ndcg.exporter import Exporter, WindowView
 from stream_ndcg.pipeline import BatchPipeline, RecordChecks
 from stream_ndcg.replay import Replay
@@ -226,3 +227,27 @@ def test_with_fail_on_data_loss_the_partition_is_halted_and_the_service_not_read
     assert made.exporter.registry.get_sample_value("stream_ndcg_ready") == 0
     assert store.next_offset("events:0") == 4
     assert caplog.text.count("not reading the partition") == 1
+
+
+def test_an_undecodable_batch_is_said_once_and_holds_readiness_until_its_partition_moves_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="stream_ndcg.consumer")
+    source, store = LocalSource({TOPIC: 2}), FlakyStore()
+    made = processor(source, store)
+    assert made.start()
+    made.run_once()
+    assert made.ready()
+    fault = UndecodableRecords("zstd", TOPIC, 0, 7, "install the Python package zstandard, a dependency")
+    source.fail_next_poll(fault)
+    made.run_once()
+    assert not made.ready()
+    made.run_once()  # polls between the failing ones do not end the fault
+    assert not made.ready() and len(made.ownership) == 2
+    source.fail_next_poll(fault)
+    made.run_once()
+    fill(source, [event(0, 0, "impression", 1, 0)])
+    made.run_once()
+    assert made.ready()
+    assert made.exporter.registry.get_sample_value("stream_ndcg_backoffs_total", {"cause": "UndecodableRecords"}) == 2
+    said = [r.levelno for r in caplog.records if "compressed with zstd" in r.getMessage()]
+    assert said == [logging.ERROR, logging.DEBUG]
