@@ -113,7 +113,10 @@ groups:
           description: "Too few judgments to trust nDCG: the quality alerts are silenced until the judged ratio is back above {{ $a.judgedRatioMin }}."
           runbook_url: {{ include "stream-ndcg.runbook" (dict "root" . "alert" "StreamNdcgJudgedRatioLow") | quote }}
       - alert: StreamNdcgConsumerLagGrowing
-        expr: stream_ndcg:consumer_lag:sum > {{ $a.lagRecords }} and deriv(stream_ndcg:consumer_lag:sum[10m]) > 0
+        # The value from the raw series, not the recording rule: that one may lag one evaluation behind.
+        expr: >-
+          sum by ({{ $targets }}, topic) (stream_ndcg_consumer_lag) > {{ $a.lagRecords }}
+          and deriv(stream_ndcg:consumer_lag:sum[10m]) > 0
         for: 10m
         labels:
           severity: warning
@@ -123,7 +126,7 @@ groups:
           description: "The consumer group does not keep up with the event rate; the metrics are getting stale."
           runbook_url: {{ include "stream-ndcg.runbook" (dict "root" . "alert" "StreamNdcgConsumerLagGrowing") | quote }}
       - alert: StreamNdcgConsumerLagHigh
-        expr: stream_ndcg:consumer_lag:sum > {{ $a.lagHighRecords }}
+        expr: sum by ({{ $targets }}, topic) (stream_ndcg_consumer_lag) > {{ $a.lagHighRecords }}
         for: 15m
         labels:
           severity: critical
