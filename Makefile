@@ -31,7 +31,7 @@ lint: venv
 # Helm from its Go module (no distribution package has it); about two minutes, once.
 helm: $(HELM)
 $(HELM):
-	GOBIN=$(dir $(HELM)) GOFLAGS=-mod=mod $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	GOBIN=$(dir $(HELM)) GOFLAGS=-mod=mod GOTOOLCHAIN=auto $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 # checkov in a venv of its own: its pins clash with the dev extras.
 checkov: $(CHECKOV)

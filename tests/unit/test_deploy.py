@@ -128,7 +128,7 @@ def test_kubernetes_manifest_has_probes_on_the_metrics_port() -> None:
 
 def dashboard_expressions() -> list[str]:
     dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "stream-ndcg.json").read_text())
-    return [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    return [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
 
 
 def test_dashboard_parses_and_queries_known_metrics() -> None:
@@ -141,6 +141,25 @@ def test_dashboard_parses_and_queries_known_metrics() -> None:
         assert names or re.fullmatch(r'sum\(up\{job=~"\$job"\}\)', expr), expr
         for name in names:
             assert name in records or name.startswith("stream_ndcg_"), name
+
+
+def test_dashboard_panels_are_described_filterable_and_use_the_datasource_variable() -> None:
+    dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "stream-ndcg.json").read_text())
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    # compose-values.yaml exports the segment labels variant and engine: one variable each.
+    assert {"datasource", "pipeline", "k", "window", "job", "variant", "engine"} <= variables
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    assert "Service health" in {p["title"] for p in dashboard["panels"] if p["type"] == "row"}
+    for panel in panels:
+        assert panel["description"], panel["title"]
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        assert panel["fieldConfig"]["defaults"]["unit"], panel["title"]
+        for target in panel["targets"]:
+            assert not re.search(r"\[\d+[smh]\]", target["expr"]), f"a fixed range, not $__rate_interval: {target}"
+            if "stream_ndcg_" in target["expr"] and "_bucket" not in target["expr"] and "job" not in target["expr"]:
+                assert 'pipeline=~"$pipeline"' in target["expr"], target["expr"]
+    assert any(a.get("expr", "").startswith("count by (job, version, revision)")
+               for a in dashboard["annotations"]["list"])
 
 
 @pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for p in DEPLOY.rglob("*.yml")))
