@@ -10,11 +10,14 @@ RUN useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nolog
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 USER 10001
+# The source revision shown by stream_ndcg_build_info: docker build --build-arg REVISION=$(git rev-parse HEAD) .
+ARG REVISION=unknown
 # In a container the metrics must be reachable from Prometheus, not only from loopback.
 ENV STREAM_NDCG_METRICS_HOST=0.0.0.0 \
     STREAM_NDCG_METRICS_PORT=9464 \
     STREAM_NDCG_LOG_FORMAT=json \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    STREAM_NDCG_REVISION=$REVISION
 EXPOSE 9464
 HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9464/healthz', timeout=2)"]

@@ -4,7 +4,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint test test-unit chaos bench demo clean
+.PHONY: venv lint test test-unit chaos bench demo clean helm checkov manifests
+
+# Helm and checkov are tools of the tests, cached outside the repository (like the Kafka jars).
+CACHE ?= $(or $(STREAM_NDCG_CACHE),$(HOME)/.cache/stream-ndcg)
+GO ?= $(or $(shell command -v go 2>/dev/null),/usr/local/go/bin/go)
+HELM_VERSION := v3.20.2
+HELM := $(CACHE)/helm-$(HELM_VERSION)/helm
+CHECKOV_VERSION := 3.3.30
+CHECKOV := $(CACHE)/checkov-$(CHECKOV_VERSION)/bin/checkov
+export HELM CHECKOV
 
 venv: $(STAMP)
 
@@ -19,11 +28,26 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/mypy bench
 
+# Helm from its Go module (no distribution package has it); about two minutes, once.
+helm: $(HELM)
+$(HELM):
+	GOBIN=$(dir $(HELM)) GOFLAGS=-mod=mod GOTOOLCHAIN=auto $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+# checkov in a venv of its own: its pins clash with the dev extras.
+checkov: $(CHECKOV)
+$(CHECKOV):
+	$(PYTHON) -m venv $(CACHE)/checkov-$(CHECKOV_VERSION)
+	$(CACHE)/checkov-$(CHECKOV_VERSION)/bin/pip install --quiet checkov==$(CHECKOV_VERSION)
+
+# The plain manifests, rules file and dashboard of deploy/, rendered from the chart.
+manifests: venv helm
+	$(BIN)/python deploy/render.py
+
 # Unit tests, the integration tests against a real Kafka and Redis, and a short chaos run.
-test: lint
+test: lint helm checkov
 	$(BIN)/pytest -m "not slow" -rA tests
 
-test-unit: venv
+test-unit: venv helm checkov
 	$(BIN)/pytest tests/unit
 
 chaos: venv

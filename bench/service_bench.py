@@ -171,9 +171,9 @@ def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[st
     def probe_value() -> float | None:
         body = urlopen(f"http://127.0.0.1:{service.port}/metrics", timeout=5).read().decode()  # noqa: S310
         for family in text_string_to_metric_families(body):
-            if family.name == "stream_ndcg_dcg_sum":
+            if family.name == "stream_ndcg_dcg_numerator":
                 for sample in family.samples:
-                    if sample.labels == wanted:
+                    if wanted.items() <= sample.labels.items():
                         return float(sample.value)
         return None
 

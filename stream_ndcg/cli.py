@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import BinaryIO
 
+from stream_ndcg import __version__
 from stream_ndcg.config import ENV_PREFIX, Settings
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import InvalidEvent, Limits
@@ -192,6 +193,7 @@ def _add_measure_flags(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stream-ndcg", description="Streaming DCG/nDCG@k for search rankings.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     replay = sub.add_parser("replay", help="compute the metrics from files of events, no servers")
     replay.add_argument("files", nargs="+", metavar="EVENTS.jsonl",

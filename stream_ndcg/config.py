@@ -22,7 +22,7 @@ from stream_ndcg.metric import GAINS, IDEALS, Measure
 ENV_PREFIX = "STREAM_NDCG_"
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-_RESERVED_LABELS = {"k", "window", "type", "reason", "le", "partition", "topic", "job", "instance"}
+_RESERVED_LABELS = {"pipeline", "k", "window", "type", "reason", "le", "partition", "topic", "job", "instance"}
 
 
 def parse_duration_ms(text: str | int) -> int:

@@ -20,11 +20,21 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
+from stream_ndcg import __version__
 from stream_ndcg.config import format_duration
 from stream_ndcg.engine import AggregateKey, window_means
 from stream_ndcg.errors import StoreUnavailable
@@ -45,6 +55,8 @@ class WindowView:
     bucket_ms: int
     segment_labels: tuple[str, ...]
     event_clock: bool
+    # The key namespace: two pipelines scraped by one Prometheus stay apart by it.
+    pipeline: str = ""
 
     def window_buckets(self, now_ms: int, window_ms: int) -> tuple[int, int]:
         """The buckets [first, last] of the window that ends at `now_ms`: the last
@@ -80,35 +92,37 @@ class _StoreCollector(Collector):
         view = self.view
         seg = list(view.segment_labels)
         counts = self.store.counts()
-        events = CounterMetricFamily(f"{PREFIX}_events", "Events accepted, by type.", labels=["type"])
-        rejected = CounterMetricFamily(f"{PREFIX}_events_rejected", "Events rejected, by reason.", labels=["reason"])
+        pipeline = [view.pipeline]
+        events = CounterMetricFamily(f"{PREFIX}_events", "Events accepted, by type.", labels=["pipeline", "type"])
+        rejected = CounterMetricFamily(f"{PREFIX}_events_rejected", "Events rejected, by reason.",
+                                       labels=["pipeline", "reason"])
         duplicate = CounterMetricFamily(f"{PREFIX}_events_duplicate",
-                                        "Events delivered again and ignored, by type.", labels=["type"])
+                                        "Events delivered again and ignored, by type.", labels=["pipeline", "type"])
         for kind in ("impression", "judgment"):
-            events.add_metric([kind], counts.get(kind, 0))
-            duplicate.add_metric([kind], counts.get(f"duplicate:{kind}", 0))
+            events.add_metric([*pipeline, kind], counts.get(kind, 0))
+            duplicate.add_metric([*pipeline, kind], counts.get(f"duplicate:{kind}", 0))
         for name, n in sorted(counts.items()):
             if name.startswith("rejected:"):
-                rejected.add_metric([name.removeprefix("rejected:")], n)
+                rejected.add_metric([*pipeline, name.removeprefix("rejected:")], n)
         yield from (events, rejected, duplicate)
 
         now = self.store.clock_ms() if view.event_clock else int(self.clock() * 1000)
-        labels = ["k", "window", *seg]
+        labels = ["pipeline", "k", "window", *seg]
         ndcg = GaugeMetricFamily(f"{PREFIX}_ndcg", "Mean nDCG@k over the scored impressions of the window.",
                                  labels=labels)
-        ndcg_sum = GaugeMetricFamily(f"{PREFIX}_ndcg_sum", "Sum of nDCG@k over the scored impressions of the window.",
-                                     labels=labels)
+        ndcg_sum = GaugeMetricFamily(f"{PREFIX}_ndcg_numerator",
+                                     "Sum of nDCG@k over the scored impressions of the window.", labels=labels)
         scored = GaugeMetricFamily(f"{PREFIX}_scored_impressions",
                                    "Impressions of the window whose nDCG@k is defined (ideal DCG > 0).", labels=labels)
         dcg = GaugeMetricFamily(f"{PREFIX}_dcg", "Mean DCG@k over all impressions of the window.", labels=labels)
-        dcg_sum = GaugeMetricFamily(f"{PREFIX}_dcg_sum", "Sum of DCG@k over all impressions of the window.",
+        dcg_sum = GaugeMetricFamily(f"{PREFIX}_dcg_numerator", "Sum of DCG@k over all impressions of the window.",
                                     labels=labels)
         judged = GaugeMetricFamily(f"{PREFIX}_judged_ratio",
                                    "Mean share of the top k ranks holding a judged document.", labels=labels)
-        judged_sum = GaugeMetricFamily(f"{PREFIX}_judged_ratio_sum",
+        judged_sum = GaugeMetricFamily(f"{PREFIX}_judged_ratio_numerator",
                                        "Sum of the judged ratio@k over all impressions of the window.", labels=labels)
         impressions = GaugeMetricFamily(f"{PREFIX}_impressions", "Impressions in the window.",
-                                        labels=["window", *seg])
+                                        labels=["pipeline", "window", *seg])
         if now is not None:
             oldest = min(view.window_buckets(now, w)[0] for w in view.windows_ms)
             by_segment = _by_segment(self.store.aggregates(since_bucket=oldest), view.segment_labels)
@@ -120,9 +134,10 @@ class _StoreCollector(Collector):
                     if not any(in_window(bucket) for bucket, _, _ in part):
                         continue
                     rows = window_means(part, view.cutoffs, in_window)
-                    impressions.add_metric([name, *segment_values], _number(rows[str(view.cutoffs[0])]["impressions"]))
+                    impressions.add_metric([*pipeline, name, *segment_values],
+                                           _number(rows[str(view.cutoffs[0])]["impressions"]))
                     for k in view.cutoffs:
-                        row, values = rows[str(k)], [str(k), name, *segment_values]
+                        row, values = rows[str(k)], [*pipeline, str(k), name, *segment_values]
                         for family, field in ((ndcg, "ndcg_mean"), (ndcg_sum, "ndcg_sum"),
                                               (scored, "scored_impressions"), (dcg, "dcg_mean"),
                                               (dcg_sum, "dcg_sum"), (judged, "judged_ratio"),
@@ -150,8 +165,14 @@ class Exporter:
     """Owns every metric of stream-ndcg; the registry is injected (a fresh one in tests)."""
 
     def __init__(self, registry: CollectorRegistry, store: StateStore, view: WindowView,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, revision: str = "unknown") -> None:
         self.registry = registry
+        # The process (CPU, memory, file descriptors), Python version and garbage collector
+        # metrics that the default registry would carry, so a fresh registry loses nothing.
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            registry.register(collector)
+        Info(f"{PREFIX}_build", "The version and source revision of the running service.",
+             registry=registry).info({"version": __version__, "revision": revision})
         self.batch_seconds = Histogram(f"{PREFIX}_batch_duration_seconds",
                                        "Time to process one batch: parse, load, apply, commit.", registry=registry)
         self.batch_events = Histogram(f"{PREFIX}_batch_events", "Records in one batch.",

@@ -48,7 +48,7 @@ def _view(registry: CollectorRegistry, settings: Settings, port: int, started: f
     for window in settings.windows:
         for variant in ("A", "B"):
             w = format_duration(window)
-            ndcg = _sum_ratio(registry, "stream_ndcg_ndcg_sum", "stream_ndcg_scored_impressions", k, w, variant)
+            ndcg = _sum_ratio(registry, "stream_ndcg_ndcg_numerator", "stream_ndcg_scored_impressions", k, w, variant)
             lines.append(
                 f"{w:>7} {variant:>8} {ndcg:>9.4f} "
                 f"{_weighted(registry, 'stream_ndcg_dcg', k, w, variant):>8.3f} "
@@ -71,8 +71,7 @@ def _weighted(registry: CollectorRegistry, name: str, k: str, window: str, varia
     means = {s.labels["engine"]: s.value for m in registry.collect() for s in m.samples
              if s.name == name and s.labels.get("k") == k and s.labels.get("window") == window
              and s.labels.get("variant") == variant}
-    weights = {engine: registry.get_sample_value("stream_ndcg_impressions",
-                                                 {"window": window, "variant": variant, "engine": engine}) or 0.0
+    weights = {engine: _total(registry, "stream_ndcg_impressions", window=window, variant=variant, engine=engine)
                for engine in means}
     total = sum(weights.values())
     return sum(means[e] * weights[e] for e in means if weights[e]) / total if total else float("nan")

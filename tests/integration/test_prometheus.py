@@ -1,4 +1,6 @@
-"""A real Prometheus scrapes the running service: every recording rule and dashboard query returns data."""
+"""A real Prometheus scrapes the running service and evaluates the chart's PrometheusRule: every
+rule evaluates without error, every recording rule and every dashboard query (its variables
+substituted as Grafana would) returns data, and a live scrape passes `promtool check metrics`."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 from urllib.request import urlopen
 
@@ -17,7 +20,7 @@ import yaml
 from stream_ndcg.devtools.producer import produce
 from stream_ndcg.devtools.servers import KafkaBroker, free_port
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
-from tests.support.deploy import RULES, dashboard_expressions, recorded_names
+from tests.support.deploy import CHART, DEPLOY, helm, promtool
 from tests.support.service import Service, wait_for_messages
 from tests.support.topics import create_topic
 
@@ -30,6 +33,31 @@ def query(port: int, expr: str) -> list[dict[str, object]]:
     assert reply["status"] == "success", reply
     result: list[dict[str, object]] = reply["data"]["result"]
     return result
+
+
+def chart_rules_and_dashboard(namespace: str) -> tuple[dict[str, Any], list[str]]:
+    """The PrometheusRule's rules and the dashboard's queries as the chart renders them, for the
+    service's settings (deploy/compose-values.yaml: k 5,10; windows 5m,1h,1d; variant, engine),
+    with the dashboard variables substituted: one pipeline, k 10, all windows and segments."""
+    result = helm("template", "stream-ndcg", str(CHART), "-f", str(DEPLOY / "compose-values.yaml"))
+    assert result.returncode == 0, result.stderr
+    documents = [d for d in yaml.safe_load_all(result.stdout) if d]
+    rules: dict[str, Any] = next(d for d in documents if d["kind"] == "PrometheusRule")["spec"]
+    dashboard = json.loads(next(d for d in documents if d["kind"] == "ConfigMap")["data"]["stream-ndcg.json"])
+    variables = {"$__rate_interval": "1m", "$pipeline": namespace, "$k": "10", "$window": ".*", "$variant": ".*",
+                 "$engine": ".*", "$job": "stream-ndcg"}
+    names = {v["name"] for v in dashboard["templating"]["list"]} - {"datasource"}
+    assert {name.lstrip("$") for name in variables} - {"__rate_interval"} == names
+    queries = []
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            # Longest first, so that $k does not eat the start of another name.
+            for name in sorted(variables, key=len, reverse=True):
+                expr = expr.replace(name, variables[name])
+            assert "$" not in expr, expr
+            queries.append(expr)
+    return rules, queries
 
 
 def test_rules_and_dashboard_queries_return_data_from_a_real_prometheus(
@@ -49,9 +77,14 @@ def test_rules_and_dashboard_queries_return_data_from_a_real_prometheus(
                               kwargs={"paced": True, "rate": 300.0})
     sender.start()
 
+    rules, queries = chart_rules_and_dashboard(service_env["STREAM_NDCG_NAMESPACE"])
+    # Evaluated every second here, so that the test does not wait for the chart's 30 s.
+    for group in rules["groups"]:
+        group.pop("interval", None)
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(rules))
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(RULES)],
+        "rule_files": [str(tmp_path / "rules.yml")],
         "scrape_configs": [{"job_name": "stream-ndcg",
                             "static_configs": [{"targets": [f"127.0.0.1:{service.port}"]}]}],
     }
@@ -62,7 +95,8 @@ def test_rules_and_dashboard_queries_return_data_from_a_real_prometheus(
                                        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                                        f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=log)
     try:
-        expressions = sorted(recorded_names()) + [e.replace("$k", "10") for e in dashboard_expressions()]
+        records = [r["record"] for group in rules["groups"] for r in group["rules"] if "record" in r]
+        expressions = records + queries
         missing = list(expressions)
         deadline = time.monotonic() + 120
         while missing and time.monotonic() < deadline:
@@ -75,11 +109,21 @@ def test_rules_and_dashboard_queries_return_data_from_a_real_prometheus(
         assert not missing, f"no data from Prometheus for: {missing}\n{log_tail}"
         up = query(port, 'up{job="stream-ndcg"}')
         assert up and up[0]["value"][1] == "1"  # type: ignore[index]
+        # Every rule evaluates without error (a many-to-many match, a bad label, ...), the alerts
+        # are loaded, and none of them fires against a healthy service.
+        groups = json.loads(urlopen(f"http://127.0.0.1:{port}/api/v1/rules", timeout=10).read())["data"]["groups"]  # noqa: S310
+        loaded = [r for g in groups for r in g["rules"]]
+        assert len(loaded) == sum(len(g["rules"]) for g in rules["groups"])
+        assert not [(r["name"], r.get("lastError")) for r in loaded if r["health"] != "ok"]
+        assert not [r["name"] for r in loaded if r["type"] == "alerting" and r["state"] == "firing"]
+        scrape = urlopen(f"http://127.0.0.1:{service.port}/metrics", timeout=10).read()  # noqa: S310
+        check = subprocess.run([promtool(), "check", "metrics"], input=scrape, capture_output=True, check=False)
+        assert check.returncode == 0 and not check.stdout.strip() and not check.stderr.strip(), check
         sender.join()
         wait_for_messages(service, len(messages))
         # Variant A ranks better by construction, and Prometheus says so.
         by_variant = {r["metric"]["variant"]: float(r["value"][1])  # type: ignore[index]
-                      for r in query(port, 'stream_ndcg:ndcg:mean_by_variant{k="10", window="1d"}')}
+                      for r in query(port, 'stream_ndcg:ndcg:mean_by_segment{k="10", window="1d"}')}
         assert by_variant["A"] > by_variant["B"]
     finally:
         prometheus.terminate()

@@ -94,11 +94,16 @@ class Service:
         return int(self.process.returncode)
 
     def scrape(self) -> Samples:
+        """The samples by name and labels; the `pipeline` label is checked against the service's
+        key namespace and left out, so that services of different pipelines compare."""
         body = urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10).read().decode()  # noqa: S310
+        pipeline = self.env.get("STREAM_NDCG_NAMESPACE") or self.env.get("STREAM_NDCG_GROUP_ID", "stream-ndcg")
         samples: Samples = {}
         for family in text_string_to_metric_families(body):
             for sample in family.samples:
-                samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+                labels = dict(sample.labels)
+                assert labels.pop("pipeline", pipeline) == pipeline, sample
+                samples[(sample.name, tuple(sorted(labels.items())))] = sample.value
         return samples
 
     def ready(self) -> bool:

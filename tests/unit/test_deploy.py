@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
-import shutil
 import subprocess
-from typing import Any
 
 import pytest
 import yaml
@@ -18,14 +17,8 @@ from stream_ndcg.exporter import Exporter, WindowView
 from stream_ndcg.metric import Measure
 from stream_ndcg.store import MemoryStore
 from tests.support.batches import apply_batch
-from tests.support.deploy import DEPLOY, ROOT, dashboard_expressions, recorded_names, rules
+from tests.support.deploy import DEPLOY, ROOT, compose, dashboard_expressions, promtool, recorded_names, rules
 from tests.support.events import IMPRESSION, JUDGMENT, encode
-
-
-def promtool() -> str:
-    path = shutil.which("promtool")
-    assert path, "promtool is needed (Debian: apt-get install prometheus); .ci/run installs it"
-    return path
 
 
 def test_rules_pass_promtool_check() -> None:
@@ -38,7 +31,9 @@ def test_every_alert_has_a_promtool_unit_test_and_they_pass() -> None:
     alerts = {r["alert"] for r in rules() if "alert" in r}
     tests = yaml.safe_load((DEPLOY / "prometheus" / "tests" / "rules_test.yml").read_text())
     fired = {a["alertname"] for t in tests["tests"] for a in t.get("alert_rule_test", []) if a["exp_alerts"]}
+    quiet = {a["alertname"] for t in tests["tests"] for a in t.get("alert_rule_test", []) if not a["exp_alerts"]}
     assert alerts == fired, f"alerts without a firing test: {alerts - fired}"
+    assert alerts == quiet, f"alerts without a test that they stay quiet: {alerts - quiet}"
     result = subprocess.run([promtool(), "test", "rules", "tests/rules_test.yml"], cwd=DEPLOY / "prometheus",
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -48,16 +43,12 @@ def test_every_alert_has_annotations_and_a_runbook_in_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     anchors = {re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
                for line in readme.splitlines() if line.startswith("#")}
+    base = yaml.safe_load((DEPLOY / "helm" / "stream-ndcg" / "values.yaml").read_text())["alerts"]["runbookBaseUrl"]
     for rule in (r for r in rules() if "alert" in r):
         annotations = rule["annotations"]
         assert annotations["summary"] and annotations["description"], rule["alert"]
-        assert annotations["runbook_url"] == f"README.md#{rule['alert'].lower()}"
+        assert annotations["runbook_url"] == f"{base}#{rule['alert'].lower()}"
         assert rule["alert"].lower() in anchors, f"README has no runbook section for {rule['alert']}"
-
-
-def compose() -> dict[str, Any]:
-    document: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    return document
 
 
 def test_compose_images_are_pinned_and_services_complete() -> None:
@@ -111,20 +102,22 @@ def test_dockerfile_is_slim_non_root_with_a_health_check() -> None:
 
 
 def test_kubernetes_manifest_has_probes_on_the_metrics_port() -> None:
-    documents = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "stream-ndcg.yaml").read_text()))
+    documents = [d for d in yaml.safe_load_all((DEPLOY / "kubernetes" / "stream-ndcg.yaml").read_text()) if d]
     deployment = next(d for d in documents if d["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    env = {e["name"]: e["value"] for e in container["env"] if e["name"] != "STREAM_NDCG_CONFIG"}
     settings = Settings.load(environ=env)
     assert container["ports"][0]["containerPort"] == settings.metrics_port
     service = next(d for d in documents if d["kind"] == "Service")
-    assert service["metadata"]["annotations"]["prometheus.io/port"] == str(settings.metrics_port)
+    assert service["spec"]["ports"][0]["port"] == settings.metrics_port
+    # Without the Operator: no custom resources, and the Secret is the user's.
+    assert {d["kind"] for d in documents} == {"Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy"}
 
 
 # The series Prometheus stores for each metric type the exporter uses.
-SERIES_SUFFIXES = {"counter": ("_total", "_created"), "gauge": ("",),
+SERIES_SUFFIXES = {"counter": ("_total", "_created"), "gauge": ("",), "info": ("_info",),
                    "histogram": ("_bucket", "_sum", "_count", "_created")}
 METRIC_NAME = re.compile(r"stream_ndcg[:_][a-z_:0-9]+")
 
@@ -151,7 +144,8 @@ def test_dashboard_parses_and_queries_known_metrics() -> None:
     known = exported_names() | recorded_names()
     for expr in exprs:
         names = set(METRIC_NAME.findall(expr))
-        assert names, expr
+        # The health row's target count reads only what Prometheus writes itself.
+        assert names or re.fullmatch(r'sum\(up\{job=~"\$job"\}\)', expr), expr
         assert names <= known, f"{expr} queries series nobody writes: {names - known}"
 
 
@@ -161,6 +155,25 @@ def test_rules_query_only_series_the_exporter_or_other_rules_write() -> None:
         # A rule may read only what Prometheus writes itself (`up`); no stream_ndcg name is then fine.
         names = set(METRIC_NAME.findall(rule["expr"]))
         assert names <= known, f"{rule.get('record') or rule['alert']} reads series nobody writes: {names - known}"
+
+
+def test_dashboard_panels_are_described_filterable_and_use_the_datasource_variable() -> None:
+    dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "stream-ndcg.json").read_text())
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    # compose-values.yaml exports the segment labels variant and engine: one variable each.
+    assert {"datasource", "pipeline", "k", "window", "job", "variant", "engine"} <= variables
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    assert "Service health" in {p["title"] for p in dashboard["panels"] if p["type"] == "row"}
+    for panel in panels:
+        assert panel["description"], panel["title"]
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        assert panel["fieldConfig"]["defaults"]["unit"], panel["title"]
+        for target in panel["targets"]:
+            assert not re.search(r"\[\d+[smh]\]", target["expr"]), f"a fixed range, not $__rate_interval: {target}"
+            if "stream_ndcg_" in target["expr"] and "_bucket" not in target["expr"] and "job" not in target["expr"]:
+                assert 'pipeline=~"$pipeline"' in target["expr"], target["expr"]
+    assert any(a.get("expr", "").startswith("count by (job, version, revision)")
+               for a in dashboard["annotations"]["list"])
 
 
 @pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for p in DEPLOY.rglob("*.yml")))

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 from urllib.request import urlopen
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
+from stream_ndcg import __version__
 from stream_ndcg.engine import Engine
 from stream_ndcg.events import Impression
 from stream_ndcg.exporter import Exporter, WindowView
@@ -15,6 +17,7 @@ from stream_ndcg.metric import Measure
 from stream_ndcg.segments import SegmentProjector
 from stream_ndcg.store import MemoryStore
 from tests.support.batches import apply_batch, parsed
+from tests.support.deploy import promtool
 
 T0 = 1_763_683_200_000
 MINUTE = 60_000
@@ -29,7 +32,7 @@ def build(segment_labels: tuple[str, ...] = ("variant",)) -> tuple[MemoryStore, 
     engine = Engine(Measure(cutoffs=(1, 10)), MINUTE)
     registry = CollectorRegistry()
     view = WindowView(cutoffs=(1, 10), windows_ms=(5 * MINUTE, 60 * MINUTE), bucket_ms=MINUTE,
-                      segment_labels=segment_labels, event_clock=True)
+                      segment_labels=segment_labels, event_clock=True, pipeline="search")
     Exporter(registry, store, view)
     return store, engine, registry
 
@@ -52,17 +55,17 @@ def test_window_gauges_and_counters() -> None:
     ])
 
     def get(name: str, **labels: str) -> float | None:
-        return registry.get_sample_value(name, labels)
+        return registry.get_sample_value(name, {"pipeline": "search", **labels})
 
     assert get("stream_ndcg_impressions", window="1h", variant="A") == 2
     assert get("stream_ndcg_impressions", window="5m", variant="A") == 1
     assert get("stream_ndcg_ndcg", k="10", window="1h", variant="A") == (1 + 1 / math.log2(3)) / 2
-    assert get("stream_ndcg_ndcg_sum", k="10", window="5m", variant="A") == 1 / math.log2(3)
+    assert get("stream_ndcg_ndcg_numerator", k="10", window="5m", variant="A") == 1 / math.log2(3)
     assert get("stream_ndcg_scored_impressions", k="1", window="1h", variant="A") == 2
     assert get("stream_ndcg_judged_ratio", k="1", window="1h", variant="A") == 0.5
     assert get("stream_ndcg_dcg", k="1", window="5m", variant="A") == 0.0
-    assert get("stream_ndcg_dcg_sum", k="10", window="1h", variant="A") == 1 + 1 / math.log2(3)
-    assert get("stream_ndcg_judged_ratio_sum", k="10", window="1h", variant="A") == 0.2
+    assert get("stream_ndcg_dcg_numerator", k="10", window="1h", variant="A") == 1 + 1 / math.log2(3)
+    assert get("stream_ndcg_judged_ratio_numerator", k="10", window="1h", variant="A") == 0.2
     assert get("stream_ndcg_events_total", type="impression") == 2
     assert get("stream_ndcg_events_total", type="judgment") == 1
     assert get("stream_ndcg_events_rejected_total", reason="not_json") == 1
@@ -79,8 +82,8 @@ def test_segment_values_past_the_cap_become_other_and_missing_ones_none() -> Non
     values = {(s.labels["variant"], s.labels["engine"]) for metric in registry.collect() for s in metric.samples
               if s.name == "stream_ndcg_impressions"}
     assert values == {("A", "none"), ("B", "none"), ("other", "none")}
-    assert registry.get_sample_value("stream_ndcg_impressions", {"window": "5m", "variant": "other",
-                                                                  "engine": "none"}) == 2
+    assert registry.get_sample_value("stream_ndcg_impressions", {"pipeline": "search", "window": "5m",
+                                                                  "variant": "other", "engine": "none"}) == 2
 
 
 def test_http_endpoints() -> None:
@@ -100,3 +103,24 @@ def test_http_endpoints() -> None:
     finally:
         exporter.close()
 
+
+def test_build_info_and_the_process_and_runtime_metrics_are_exported() -> None:
+    registry = CollectorRegistry()
+    Exporter(registry, MemoryStore(), WindowView((10,), (MINUTE,), MINUTE, (), False), revision="abc123")
+    assert registry.get_sample_value("stream_ndcg_build_info", {"version": __version__, "revision": "abc123"}) == 1
+    assert registry.get_sample_value("process_resident_memory_bytes")
+    names = {metric.name for metric in registry.collect()}
+    assert {"python_info", "python_gc_objects_collected"} <= names
+
+
+def test_a_scrape_passes_promtool_check_metrics() -> None:
+    store, engine, registry = build(("variant", "engine"))
+    feed(store, engine, [
+        event(type="impression", impression_id="i", query_id="q", ts=T0, results=["a", "b"],
+              segment={"variant": "A", "engine": "web"}),
+        event(type="judgment", query_id="q", doc_id="a", grade=2, ts=T0),
+    ])
+    result = subprocess.run([promtool(), "check", "metrics"], input=generate_latest(registry),
+                            capture_output=True, check=False)
+    assert result.returncode == 0, (result.stdout + result.stderr).decode()
+    assert not result.stdout.strip() and not result.stderr.strip(), (result.stdout + result.stderr).decode()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from stream_ndcg import __version__
 from stream_ndcg.cli import main
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "events.jsonl"
@@ -49,3 +50,10 @@ def test_replay_rejects_bad_cutoffs(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["replay", str(EXAMPLE), "--k", "0"])
     assert "positive" in capsys.readouterr().err
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"stream-ndcg {__version__}"

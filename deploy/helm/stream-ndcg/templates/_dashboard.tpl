@@ -1,0 +1,26 @@
+{{/*
+The Grafana dashboard: dashboards/stream-ndcg.json with one variable and one filter per exported
+segment label (config.segment_labels). Its tokens: __SEGMENT_LABELS__ (", variant, engine" in
+`by` clauses), __SEGMENT_FILTERS__ (the matchers of the variables), __SEGMENT_LEGEND__.
+*/}}
+{{- define "stream-ndcg.dashboard" -}}
+{{- $labels := .Values.config.segment_labels }}
+{{- $filters := "" }}
+{{- $legend := list }}
+{{- range $labels }}
+{{- $filters = printf "%s, %s=~\"$%s\"" $filters . . }}
+{{- $legend = append $legend (printf "{{%s}}" .) }}
+{{- end }}
+{{- $raw := .Files.Get "dashboards/stream-ndcg.json" }}
+{{- $raw = replace "__SEGMENT_LABELS__" (include "stream-ndcg.segmentLabels" .) $raw }}
+{{- $raw = replace "__SEGMENT_FILTERS__" (toJson $filters | trimPrefix "\"" | trimSuffix "\"") $raw }}
+{{- $raw = replace "__SEGMENT_LEGEND__" (join " " $legend) $raw }}
+{{- $dashboard := fromJson $raw }}
+{{- $variables := $dashboard.templating.list }}
+{{- range $labels }}
+{{- $query := printf "label_values(stream_ndcg_impressions{pipeline=~\"$pipeline\"}, %s)" . }}
+{{- $variables = append $variables (dict "name" . "label" . "type" "query" "datasource" (dict "type" "prometheus" "uid" "${datasource}") "query" (dict "query" $query "refId" .) "definition" $query "refresh" 2 "sort" 1 "includeAll" true "multi" true "allValue" ".*" "current" (dict "text" "All" "value" "$__all") "description" (printf "Values of the segment label %s (past segment_cap: other; missing: none)." .)) }}
+{{- end }}
+{{- $_ := set $dashboard.templating "list" $variables }}
+{{- toPrettyJson $dashboard }}
+{{- end }}

@@ -1,0 +1,193 @@
+"""The Helm chart: lint, render, validate every object against the Kubernetes and Prometheus
+Operator schemas, scan with checkov, and keep the files generated from it up to date."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from stream_ndcg.config import Settings
+from tests.support.deploy import CHART, DEPLOY, ROOT, compose, helm, promtool, tool
+
+MAXIMAL = CHART / "ci" / "maximal-values.yaml"
+KUBERNETES_VERSION = "1.31.0"
+# The Prometheus Operator release whose CRDs the chart's ServiceMonitor and PrometheusRule must fit.
+OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
+VALUES = {"default": [], "maximal": ["-f", str(MAXIMAL)]}
+
+
+def render(values: str, *extra: str) -> list[dict[str, Any]]:
+    result = helm("template", "search", str(CHART), "--namespace", "search", *VALUES[values], *extra)
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_helm_lint(values: str) -> None:
+    result = helm("lint", "--strict", str(CHART), *VALUES[values])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def operator_schemas() -> dict[str, dict[str, Any]]:
+    """openAPIV3Schema by apiVersion and kind, from the operator's CRDs in the Go module cache (the module proxy
+    is how they reach a machine without GitHub), made strict: unknown fields are errors."""
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    result = subprocess.run([go, "mod", "download", "-json", OPERATOR_MODULE], capture_output=True, text=True,
+                            check=False, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    crds = Path(json.loads(result.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
+    schemas = {}
+    for path in crds.glob("*.yaml"):
+        crd = yaml.load(path.read_text(), Loader=_CrdLoader)  # noqa: S506 - a safe loader, see below
+        for version in crd["spec"]["versions"]:
+            api_version = f"{crd['spec']['group']}/{version['name']}"
+            schemas[f"{api_version} {crd['spec']['names']['kind']}"] = _strict(version["schema"]["openAPIV3Schema"])
+    assert {"monitoring.coreos.com/v1 ServiceMonitor", "monitoring.coreos.com/v1 PrometheusRule"} <= set(schemas)
+    return schemas
+
+
+class _CrdLoader(yaml.SafeLoader):
+    """SafeLoader that reads `=` (an enum value in the operator's CRDs) as the string it is;
+    PyYAML otherwise takes it for the YAML 1.1 "value" tag and fails."""
+
+
+def _scalar(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    assert isinstance(node, yaml.ScalarNode)
+    return loader.construct_scalar(node)
+
+
+_CrdLoader.add_constructor("tag:yaml.org,2002:value", _scalar)
+
+
+def _strict(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        schema = {k: _strict(v) for k, v in schema.items()}
+        if ("properties" in schema and "additionalProperties" not in schema
+                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+            schema["additionalProperties"] = False
+        return schema
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_every_rendered_object_fits_its_schema(values: str, operator_schemas: dict[str, dict[str, Any]]) -> None:
+    documents = render(values)
+    kinds = sorted(d["kind"] for d in documents)
+    assert kinds == ["ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "PrometheusRule",
+                     "Secret", "Service", "ServiceMonitor"]
+    for document in documents:
+        if document["apiVersion"].startswith("monitoring.coreos.com/"):
+            # Not jsonschema.validate: it checks the schema too, and the CRDs' patterns are Go regexps.
+            schema = operator_schemas[f"{document['apiVersion']} {document['kind']}"]
+            jsonschema.Draft7Validator(schema).validate(document)
+        else:
+            kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_the_pod_meets_the_restricted_pod_security_standard(values: str) -> None:
+    deployment = next(d for d in render(values) if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    security = container["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False and security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert {"cpu", "memory"} <= set(container["resources"]["limits"])
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert not [e for e in container["env"] if "valueFrom" in e], "secrets go in the mounted file, not the env"
+    if values == "maximal":
+        assert "@sha256:" in container["image"]
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_the_environment_and_secret_file_are_valid_settings(values: str, tmp_path: Path) -> None:
+    documents = render(values)
+    container = next(d for d in documents if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    secret = next(d for d in documents if d["kind"] == "Secret")
+    settings_file = tmp_path / "secrets.toml"
+    settings_file.write_text(secret["stringData"]["secrets.toml"])
+    settings = Settings.load(environ=dict(env, STREAM_NDCG_CONFIG=str(settings_file)))
+    assert settings.metrics_port == container["ports"][0]["containerPort"]
+    assert settings.redis_url.startswith(("redis://", "rediss://"))
+    if values == "maximal":
+        assert settings.sasl_password == 'pa"ss' and settings.segment_labels == ("experiment", "engine", "locale")
+    monitor = next(d for d in documents if d["kind"] == "ServiceMonitor")
+    service = next(d for d in documents if d["kind"] == "Service")
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_the_prometheus_rule_passes_promtool_and_follows_the_values(values: str, tmp_path: Path) -> None:
+    documents = render(values)
+    rule = next(d for d in documents if d["kind"] == "PrometheusRule")
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(rule["spec"]))
+    result = subprocess.run([promtool(), "check", "rules", str(tmp_path / "rules.yml")],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rules = [r for group in rule["spec"]["groups"] for r in group["rules"]]
+    text = "\n".join(str(v) for r in rules for v in (r["expr"], *r.get("annotations", {}).values()))
+    if values == "maximal":
+        assert 'k="5", window="6h"' in text and 'window="7d"' in text and "experiment" in text
+        assert "max by (pipeline, k, window, experiment, engine, locale)" in text
+        assert "https://wiki.example.com/stream-ndcg/runbooks#streamndcgdown" in text
+        assert 'up{job="ndcg-web", namespace="search"}' in text
+    else:
+        assert 'up{job="search-stream-ndcg", namespace="search"}' in text
+    assert not [r for r in rules if "record" in r and "instance" in r["expr"]], "recording rules keep no target label"
+
+
+@pytest.mark.parametrize("override", ["alerts.k=7", "alerts.shortWindow=2h", "alerts.segmentLabel=locale",
+                                      "partitions=1"])
+def test_values_the_rules_cannot_follow_are_refused(override: str) -> None:
+    result = helm("template", "search", str(CHART), "--set", override)
+    assert result.returncode != 0 and "is not one of" in result.stderr or "partitions" in result.stderr, \
+        result.stderr
+
+
+def test_the_files_generated_from_the_chart_are_up_to_date() -> None:
+    result = subprocess.run([sys.executable, str(DEPLOY / "render.py"), "--check"], capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_compose_values_match_the_compose_service() -> None:
+    values = yaml.safe_load((DEPLOY / "compose-values.yaml").read_text())
+    settings = Settings.load(environ=compose()["services"]["stream-ndcg"]["environment"])
+    assert tuple(values["config"]["segment_labels"]) == settings.segment_labels
+    assert tuple(values["config"]["k"]) == settings.k
+
+
+def test_checkov_finds_no_unexplained_failure(tmp_path: Path) -> None:
+    for values in VALUES:
+        result = helm("template", "search", str(CHART), "--namespace", "search", *VALUES[values])
+        assert result.returncode == 0, result.stderr
+        (tmp_path / f"{values}.yaml").write_text(result.stdout)
+    scan = subprocess.run([tool("CHECKOV", "checkov"), "--directory", str(tmp_path), "--framework", "kubernetes",
+                           "--output", "json", "--skip-download"],
+                          capture_output=True, text=True, check=False)
+    report = json.loads(scan.stdout)
+    summary = report["summary"]
+    failed = [(c["check_id"], c["resource"]) for c in report["results"]["failed_checks"]]
+    assert summary["failed"] == 0, failed
+    assert summary["passed"] > 50
+    # Every skip carries its reason in the chart (checkov.io/skip annotations).
+    for check in report["results"]["skipped_checks"]:
+        assert check["check_result"].get("suppress_comment"), check["check_id"]
