@@ -179,6 +179,15 @@ groups:
           summary: "{{ "{{" }} $labels.instance }} keeps backing off ({{ "{{" }} $labels.cause }}) for {{ $a.backoffFor }}"
           description: "A transient fault ({{ "{{" }} $labels.cause }}) does not clear: the instance retries again and again."
           runbook_url: {{ include "stream-ndcg.runbook" (dict "root" . "alert" "StreamNdcgBackingOff") | quote }}
+      - alert: StreamNdcgRecordsLost
+        expr: increase(stream_ndcg_offsets_skipped_total[1h]) > 0
+        labels:
+          severity: critical
+          {{- with $a.extraLabels }}{{ toYaml . | nindent 10 }}{{ end }}
+        annotations:
+          summary: "Records of {{ "{{" }} $labels.topic }}:{{ "{{" }} $labels.partition }} were deleted by Kafka before they were read"
+          description: "{{ "{{" }} $value | humanize }} offsets were skipped in the last hour: the service was down longer than the topic's retention, or records were deleted. Their events are missing from every window that holds them."
+          runbook_url: {{ include "stream-ndcg.runbook" (dict "root" . "alert" "StreamNdcgRecordsLost") | quote }}
       - alert: StreamNdcgScrapeErrors
         expr: rate(stream_ndcg_scrape_errors_total[5m]) > 0
         for: {{ $a.scrapeErrorsFor }}
