@@ -1,4 +1,5 @@
-"""`stream-ndcg demo`, as a newcomer runs it: the better variant ahead, and nothing left behind on Ctrl-C."""
+"""`stream-ndcg demo`, as a newcomer runs it: the better variant ahead, every window filled minutes
+in, and nothing left behind on Ctrl-C."""
 
 from __future__ import annotations
 
@@ -30,9 +31,10 @@ def children_of(pid: int) -> set[int]:
     return found
 
 
-def test_demo_shows_the_better_variant_ahead_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
+def test_demo_shows_the_better_variant_ahead_fills_every_window_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
     port = free_port()
     out = tmp_path / "demo.out"
+    begun = time.monotonic()
     with open(out, "wb") as stream:
         demo = subprocess.Popen([sys.executable, "-m", "stream_ndcg.cli", "demo", "--metrics-port", str(port),
                                  "--rate", "400"], stdout=stream, stderr=subprocess.STDOUT)
@@ -51,6 +53,15 @@ def test_demo_shows_the_better_variant_ahead_and_ctrl_c_stops_everything(tmp_pat
         assert f"127.0.0.1:{port}/metrics" in frame
         started = children_of(demo.pid)
         assert started, "the demo started no Kafka or Redis process"
+        # Minutes in, the traffic's event time keeps up with the wall clock: every window, the
+        # shortest (the current minute's bucket alone) included, holds impressions of both variants.
+        while time.monotonic() < begun + 150:
+            time.sleep(3)
+        frame = out.read_text(errors="replace").split("\x1b[H\x1b[2J")[-1]
+        impressions = {(window, variant): float(count) for window, variant, count in re.findall(
+            r"^\s+(1m|5m|1h)\s+([AB])\s+\S+\s+\S+\s+\S+\s+([0-9]+)\s*$", frame, re.MULTILINE)}
+        assert len(impressions) == 6, frame
+        assert all(count > 0 for count in impressions.values()), frame
     finally:
         demo.send_signal(signal.SIGINT)
         demo.wait(timeout=60)
