@@ -30,9 +30,7 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
         cache_groups=settings.state_cache_groups,
         observe_round_trip=lambda seconds: holder[0].redis_seconds.observe(seconds) if holder else None,
     )
-    view = WindowView(cutoffs=settings.k, windows_ms=settings.windows, bucket_ms=settings.bucket,
-                      segment_labels=settings.segment_labels, event_clock=settings.clock == "event")
-    exporter = Exporter(registry, store, view)
+    exporter = Exporter(registry, store, WindowView.from_settings(settings))
     holder.append(exporter)
     engine = Engine(settings.measure, settings.bucket, horizon_ms=settings.horizon,
                     judgment_max_age_ms=settings.judgment_ttl)

@@ -10,12 +10,13 @@ import redis
 
 from stream_ndcg.devtools.servers import RedisClusterNodes
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
-from stream_ndcg.engine import Engine, window_means
+from stream_ndcg.engine import Engine
 from stream_ndcg.errors import ConfigError, FencedError, StoreUnavailable
 from stream_ndcg.events import Impression, InvalidEvent, parse_event
 from stream_ndcg.metric import Measure
 from stream_ndcg.redis_store import RedisStore, connect
 from stream_ndcg.store import Commit, MemoryStore, StateStore
+from stream_ndcg.windows import window_means
 
 MEASURE = Measure(cutoffs=(3, 10))
 BUCKET = 60_000

@@ -15,11 +15,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stream_ndcg.engine import Engine, full_segment_key, window_means
+from stream_ndcg.engine import Engine
 from stream_ndcg.events import Impression, InvalidEvent, parse_event
 from stream_ndcg.metric import Measure
 from stream_ndcg.replay import Replay
 from stream_ndcg.store import Commit, MemoryStore
+from stream_ndcg.vocabulary import full_segment_key
+from stream_ndcg.windows import window_means
 
 DOCS = [f"d{i}" for i in range(7)]
 QUERIES = ["q0", "q1", "q2"]
