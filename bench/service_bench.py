@@ -44,6 +44,7 @@ from stream_ndcg.events import parse_event
 from stream_ndcg.metric import Measure
 from stream_ndcg.pipeline import BatchPipeline
 from stream_ndcg.redis_store import RedisStore
+from stream_ndcg.vocabulary import MetricName
 
 BATCH = 500
 PARTITIONS = 4
@@ -171,7 +172,7 @@ def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[st
     def probe_value() -> float | None:
         body = urlopen(f"http://127.0.0.1:{service.port}/metrics", timeout=5).read().decode()  # noqa: S310
         for family in text_string_to_metric_families(body):
-            if family.name == "stream_ndcg_dcg_numerator":
+            if family.name == MetricName.DCG_NUMERATOR:
                 for sample in family.samples:
                     if wanted.items() <= sample.labels.items():
                         return float(sample.value)
@@ -190,7 +191,7 @@ def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[st
                 pass  # the service is still starting
             if time.monotonic() > deadline:
                 body = urlopen(f"http://127.0.0.1:{service.port}/metrics", timeout=5).read().decode()  # noqa: S310
-                lag = [line for line in body.splitlines() if line.startswith("stream_ndcg_consumer_lag")]
+                lag = [line for line in body.splitlines() if line.startswith(MetricName.CONSUMER_LAG)]
                 raise RuntimeError(f"the probe impression never showed up in /metrics; lag: {lag}; "
                                    f"service log: {service.log}")
             time.sleep(0.05)

@@ -11,21 +11,18 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 from stream_ndcg import __version__
-from stream_ndcg.config import ENV_PREFIX, Settings
+from stream_ndcg.config import ENV_PREFIX, Settings, parse_cutoffs
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import InvalidEvent, Limits
-from stream_ndcg.metric import GAINS, IDEALS, Measure
+from stream_ndcg.metric import DEFAULT_CUTOFFS, GAINS, IDEALS, Measure
 from stream_ndcg.replay import Replay
 
 
-def parse_cutoffs(text: str) -> tuple[int, ...]:
+def _cutoffs_flag(text: str) -> tuple[int, ...]:
     try:
-        cutoffs = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"k must be a comma-separated list of integers, got {text!r}") from None
-    if not cutoffs or min(cutoffs) < 1:
-        raise argparse.ArgumentTypeError(f"k must be positive integers, got {text!r}")
-    return cutoffs
+        return parse_cutoffs(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 class _Progress:
@@ -185,7 +182,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _add_measure_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--k", type=parse_cutoffs, default=(5, 10), help="cut-offs, comma-separated (default 5,10)")
+    parser.add_argument("--k", type=_cutoffs_flag, default=DEFAULT_CUTOFFS,
+                        help=f"cut-offs, comma-separated (default {','.join(map(str, DEFAULT_CUTOFFS))})")
     parser.add_argument("--gain", choices=GAINS, default="exponential", help="gain formula (default exponential)")
     parser.add_argument("--ideal", choices=IDEALS, default="pool", help="ideal ordering (default pool)")
     parser.add_argument("--max-results", type=int, default=1000, help="longest accepted list (default 1000)")

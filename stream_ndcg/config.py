@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from stream_ndcg.errors import ConfigError
-from stream_ndcg.metric import GAINS, IDEALS, Measure
+from stream_ndcg.metric import DEFAULT_CUTOFFS, GAINS, IDEALS, Measure
 
 ENV_PREFIX = "STREAM_NDCG_"
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -48,11 +48,17 @@ def _csv(value: Any) -> tuple[str, ...]:
     return tuple(part.strip() for part in str(value).split(",") if part.strip())
 
 
-def _ints(value: Any) -> tuple[int, ...]:
+def parse_cutoffs(value: Any) -> tuple[int, ...]:
+    """The cut-offs k of a setting, a flag or a TOML array: '5,10' or [5, 10], checked as `Measure` checks them."""
     try:
-        return tuple(int(v) for v in _csv(value))
+        cutoffs = tuple(int(v) for v in _csv(value))
     except ValueError:
-        raise ConfigError(f"{value!r} is not a list of integers") from None
+        raise ConfigError(f"k must be a comma-separated list of integers, got {value!r}") from None
+    try:
+        Measure(cutoffs=cutoffs)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return cutoffs
 
 
 def _int(value: Any) -> int:
@@ -77,7 +83,7 @@ def _bool(value: Any) -> bool:
 
 
 _COERCE: dict[str, Callable[[Any], Any]] = {
-    "topics": _csv, "k": _ints, "windows": _durations, "segment_labels": _csv,
+    "topics": _csv, "k": parse_cutoffs, "windows": _durations, "segment_labels": _csv,
     "bucket": parse_duration_ms, "grace": parse_duration_ms, "judgment_ttl": parse_duration_ms,
     "linger": parse_duration_ms, "batch_size": _int, "segment_cap": _int, "metrics_port": _int,
     "max_results": _int, "max_message_bytes": _int, "state_cache_groups": _int, "require_key": _bool,
@@ -111,7 +117,7 @@ class Settings:
     # Empty: the group id, so that every consumer group has state of its own.
     namespace: str = ""
     state_cache_groups: int = 20_000
-    k: tuple[int, ...] = (5, 10)
+    k: tuple[int, ...] = DEFAULT_CUTOFFS
     gain: str = "exponential"
     ideal: str = "pool"
     windows: tuple[int, ...] = (300_000, 3_600_000, 86_400_000)

@@ -9,36 +9,34 @@ list once, with a count, and an index of where each document stands in them.
 A judgment therefore costs in proportion to the query's groups and the
 distinct lists that show the document, never to its raw impressions.
 
-Aggregates are flat sums keyed by (bucket, segment key, field); the fields are
-``impressions`` and, for each cut-off k, ``scored@k`` (impressions with a
-defined nDCG), ``dcg@k``, ``ndcg@k`` and ``judged@k`` (sums over impressions).
-A window mean is the fsum of a field over the window's buckets divided by the
-fsum of its denominator.
+Aggregates are flat sums keyed by (bucket, segment key, field), the fields
+and the event counts named in `vocabulary`; `windows` turns them into means.
+The stored form of the state is `state_format`'s, not the engine's.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from stream_ndcg.events import Event, Impression, InvalidEvent, Judgment, revision_precedence
-from stream_ndcg.metric import Measure, discount, first_occurrences, ideal_dcg, score_list
+from stream_ndcg.metric import Measure, first_occurrences, ideal_dcg, list_sums, pooled_ndcg, pooled_sums, score_list
+from stream_ndcg.vocabulary import (
+    IMPRESSION,
+    IMPRESSIONS,
+    JUDGMENT,
+    AggregateKey,
+    Segment,
+    duplicate,
+    full_segment_key,
+    rejected,
+)
+from stream_ndcg.windows import oldest_kept_bucket
 
 # (ts, event_id, grade): one judgment event of a (query, document) pair.
 Revision = tuple[int, str | None, float | None]
-AggregateKey = tuple[int, str, str]
-SegmentKeyFn = Callable[[tuple[tuple[str, str], ...]], str]
-
-
-@functools.lru_cache(maxsize=4096)
-def full_segment_key(segment: tuple[tuple[str, str], ...]) -> str:
-    """Group by the whole segment map (the replay's and the tests' choice)."""
-    return json.dumps(dict(segment), sort_keys=True, separators=(",", ":"))
+SegmentKeyFn = Callable[[Segment], str]
 
 
 def precedence(revision: Revision) -> tuple[int, bool, str, bool, float]:
@@ -70,24 +68,6 @@ class Group:
         for rank, doc in first_occurrences(ranked, depth):
             at = self.ranks.setdefault(doc, {})
             at[rank] = at.get(rank, 0) + count
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "n": self.impressions,
-            "c": self.credited,
-            "r": self.ranks,
-            "l": [[list(ranked), count] for ranked, count in self.lists.items()],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Group:
-        return cls(
-            impressions=data["n"],
-            credited=data["c"],
-            # JSON object keys are strings: the ranks come back as text.
-            ranks={doc: {int(rank): count for rank, count in at.items()} for doc, at in data["r"].items()},
-            lists={tuple(ranked): count for ranked, count in data["l"]},
-        )
 
 
 @dataclass
@@ -143,24 +123,6 @@ class QueryState:
                 self._grades[doc] = after
         return before, after
 
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form; stores choose the codec."""
-        return {"r": self.revisions, "g": [[b, s, g.to_dict()] for (b, s), g in self.groups.items()]}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> QueryState:
-        state = cls(revisions={doc: [(r[0], r[1], r[2]) for r in seen] for doc, seen in data["r"].items()})
-        for bucket, segment, group in data["g"]:
-            state.groups[(bucket, segment)] = Group.from_dict(group)
-        return state
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> QueryState:
-        return cls.from_dict(json.loads(text))
-
 
 @dataclass
 class QueryChange:
@@ -198,8 +160,8 @@ class Engine:
         engine = Engine(Measure(cutoffs=(10,)), bucket_ms=60_000)
         outcome = engine.apply(events, states, known_impressions=set(), now_ms=...)
 
-    Counts use the keys ``impression``, ``judgment``, ``duplicate:<type>`` and
-    ``rejected:<reason>``.
+    Counts use the keys of `vocabulary`: accepted events by type, duplicates by type and
+    rejections by reason.
     """
 
     def __init__(
@@ -241,7 +203,7 @@ class Engine:
         outcome = BatchOutcome(clock_ms=now_ms)
         for event in events:
             if isinstance(event, InvalidEvent):
-                outcome.counts[f"rejected:{event.reason}"] += 1
+                outcome.counts[rejected(event.reason)] += 1
                 continue
             if event_clock and (now_ms is None or event.ts > now_ms):
                 now_ms = outcome.clock_ms = event.ts
@@ -272,15 +234,15 @@ class Engine:
         todo: QueryChange,
     ) -> None:
         if event.impression_id in known:
-            outcome.counts["duplicate:impression"] += 1
+            outcome.counts[duplicate(IMPRESSION)] += 1
             return
         if now_ms is not None and self.horizon_ms is not None and event.ts < now_ms - self.horizon_ms:
-            outcome.counts["rejected:too_old"] += 1
+            outcome.counts[rejected("too_old")] += 1
             return
         known.add(event.impression_id)
         bucket = self.bucket_of(event.ts)
         outcome.impression_buckets[event.impression_id] = bucket
-        outcome.counts["impression"] += 1
+        outcome.counts[IMPRESSION] += 1
         key = (bucket, self.segment_key(event.segment))
         group = state.groups.get(key)
         if group is None:
@@ -302,14 +264,14 @@ class Engine:
     ) -> None:
         if (now_ms is not None and self.judgment_max_age_ms is not None
                 and event.ts < now_ms - self.judgment_max_age_ms):
-            outcome.counts["rejected:too_old"] += 1
+            outcome.counts[rejected("too_old")] += 1
             return
         revision = revision_of(event)
         moved = state.add_revision(event.doc_id, revision)
         if moved is None:
-            outcome.counts["duplicate:judgment"] += 1
+            outcome.counts[duplicate(JUDGMENT)] += 1
             return
-        outcome.counts["judgment"] += 1
+        outcome.counts[JUDGMENT] += 1
         todo.revised.setdefault(event.doc_id, []).append(revision)
         if moved[0] != moved[1]:
             todo.docs.add(event.doc_id)
@@ -319,7 +281,7 @@ class Engine:
         window, so nothing is un-credited. Judgments stay while the query is
         alive; the store expires a query's whole state after its last event."""
         if self.horizon_ms is not None:
-            oldest = self.bucket_of(now_ms - self.horizon_ms)
+            oldest = oldest_kept_bucket(now_ms, self.horizon_ms, self.bucket_ms)
             for key in [key for key in state.groups if key[0] < oldest]:
                 del state.groups[key]
                 change.removed.add(key)
@@ -336,7 +298,7 @@ class Engine:
             if key in todo.groups or not todo.docs.isdisjoint(group.ranks):
                 totals = self._totals(group, grades, ideals)
             elif renormalise:
-                totals = self._normalised(dict(group.credited), group.impressions, ideals)
+                totals = pooled_ndcg(dict(group.credited), group.impressions, ideals)
             else:
                 continue
             if self._credit(key, group, totals, aggregates):
@@ -350,41 +312,13 @@ class Engine:
 
     def _totals(self, group: Group, grades: Mapping[str, float], ideals: Mapping[int, float]) -> dict[str, float]:
         """The group's sums, recomputed from its lists and the query's grades."""
-        totals: dict[str, float] = {"impressions": float(group.impressions)}
+        totals: dict[str, float] = {IMPRESSIONS: float(group.impressions)}
         if self.measure.ideal == "list":
-            per_list = [(score_list(ranked, grades, self.measure), count) for ranked, count in group.lists.items()]
-            for k in self.measure.cutoffs:
-                totals[f"dcg@{k}"] = math.fsum(s.dcg[k] * c for s, c in per_list)
-                totals[f"ndcg@{k}"] = math.fsum((s.ndcg[k] or 0.0) * c for s, c in per_list)
-                totals[f"scored@{k}"] = float(sum(c for s, c in per_list if s.ndcg[k] is not None))
-                totals[f"judged@{k}"] = math.fsum(s.judged_ratio[k] * c for s, c in per_list)
-            return totals
-        # One pass over (judged document, rank): its gain-weighted discount and count
-        # go to every cut-off at or beyond the rank.
-        cutoffs = self.measure.cutoffs
-        terms: dict[int, list[float]] = {k: [] for k in cutoffs}
-        counts = dict.fromkeys(cutoffs, 0)
-        for doc, at in group.ranks.items():
-            grade = grades.get(doc)
-            if grade is None:
-                continue
-            gain = self.measure.gain_of(grade)
-            for rank, count in at.items():
-                term = gain * count * discount(rank)
-                for k in cutoffs:
-                    if rank <= k:
-                        terms[k].append(term)
-                        counts[k] += count
-        for k in cutoffs:
-            totals[f"dcg@{k}"] = math.fsum(terms[k])
-            totals[f"judged@{k}"] = counts[k] / k
-        return self._normalised(totals, group.impressions, ideals)
-
-    def _normalised(self, totals: dict[str, float], impressions: int, ideals: Mapping[int, float]) -> dict[str, float]:
-        for k in self.measure.cutoffs:
-            ideal = ideals[k]
-            totals[f"ndcg@{k}"] = totals[f"dcg@{k}"] / ideal if ideal > 0.0 else 0.0
-            totals[f"scored@{k}"] = float(impressions) if ideal > 0.0 else 0.0
+            totals.update(list_sums(((score_list(ranked, grades, self.measure), count)
+                                     for ranked, count in group.lists.items()), self.measure.cutoffs))
+        else:
+            judged = ((self.measure.gain_of(grades[doc]), at) for doc, at in group.ranks.items() if doc in grades)
+            totals.update(pooled_sums(judged, group.impressions, ideals))
         return totals
 
     @staticmethod
@@ -405,32 +339,3 @@ class Engine:
         group.credited = totals
         return changed
 
-
-def window_means(
-    aggregates: Mapping[AggregateKey, float],
-    cutoffs: Iterable[int],
-    buckets: Callable[[int], bool] = lambda _: True,
-) -> dict[str, dict[str, float | None]]:
-    """Per cut-off, the sums and means over the aggregate buckets that `buckets` admits, all
-    segments of `aggregates` together; a mean with nothing to average is None."""
-    parts: dict[str, list[float]] = {}
-    for (bucket, _, name), value in aggregates.items():
-        if buckets(bucket):
-            parts.setdefault(name, []).append(value)
-    # fsum: a total does not depend on the order its parts were added in.
-    sums = {name: math.fsum(values) for name, values in parts.items()}
-    impressions = sums.get("impressions", 0.0)
-    means: dict[str, dict[str, float | None]] = {}
-    for k in cutoffs:
-        scored, ndcg, dcg, judged = (sums.get(f"{name}@{k}", 0.0) for name in ("scored", "ndcg", "dcg", "judged"))
-        means[str(k)] = {
-            "ndcg_mean": ndcg / scored if scored else None,
-            "dcg_mean": dcg / impressions if impressions else None,
-            "judged_ratio": judged / impressions if impressions else None,
-            "ndcg_sum": ndcg,
-            "dcg_sum": dcg,
-            "judged_sum": judged,
-            "scored_impressions": scored,
-            "impressions": impressions,
-        }
-    return means

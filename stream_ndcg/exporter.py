@@ -1,17 +1,17 @@
 """Every Prometheus metric of the service, owned by one class, and the HTTP endpoints.
 
-The quality gauges and the event counters are read from the store at scrape
-time, so every instance of a consumer group reports the same numbers: the
-shared state in Redis is the only truth. The operational metrics (batch
-time, lag, latencies, Redis round trips) are this process's own.
+The metric names are `vocabulary.MetricName`'s. The quality gauges and the
+event counters are read from the store at scrape time, so every instance of a
+consumer group reports the same numbers: the shared state in Redis is the
+only truth. The operational metrics (batch time, lag, latencies, Redis round
+trips) are this process's own.
 
-    exporter = Exporter(CollectorRegistry(), store, view=WindowView(...))
+    exporter = Exporter(CollectorRegistry(), store, view=WindowView.from_settings(settings))
     exporter.serve("127.0.0.1", 9464, ready=lambda: True)
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
@@ -35,14 +35,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from stream_ndcg import __version__
-from stream_ndcg.config import format_duration
-from stream_ndcg.engine import AggregateKey, window_means
+from stream_ndcg.config import Settings, format_duration
 from stream_ndcg.errors import StoreUnavailable
 from stream_ndcg.store import StateStore
+from stream_ndcg.vocabulary import EVENT_TYPES, AggregateKey, MetricName, duplicate, rejection_reason, segment_values
+from stream_ndcg.windows import window_means
 
 logger = logging.getLogger(__name__)
 
-PREFIX = "stream_ndcg"
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 21600, 86400)
 
 
@@ -58,16 +58,18 @@ class WindowView:
     # The key namespace: two pipelines scraped by one Prometheus stay apart by it.
     pipeline: str = ""
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WindowView:
+        """The view of the state the settings build: its cut-offs are those of the engine's `Settings.measure`."""
+        return cls(cutoffs=settings.measure.cutoffs, windows_ms=settings.windows, bucket_ms=settings.bucket,
+                   segment_labels=settings.segment_labels, event_clock=settings.clock == "event",
+                   pipeline=settings.key_namespace)
+
     def window_buckets(self, now_ms: int, window_ms: int) -> tuple[int, int]:
         """The buckets [first, last] of the window that ends at `now_ms`: the last
         window_ms / bucket_ms buckets, the one holding `now_ms` included."""
         last = now_ms // self.bucket_ms
         return last - window_ms // self.bucket_ms + 1, last
-
-
-def segment_labels(segment_key: str, labels: tuple[str, ...]) -> list[str]:
-    segment = json.loads(segment_key) if segment_key else {}
-    return [str(segment.get(label, "none")) for label in labels]
 
 
 class _StoreCollector(Collector):
@@ -93,35 +95,36 @@ class _StoreCollector(Collector):
         seg = list(view.segment_labels)
         counts = self.store.counts()
         pipeline = [view.pipeline]
-        events = CounterMetricFamily(f"{PREFIX}_events", "Events accepted, by type.", labels=["pipeline", "type"])
-        rejected = CounterMetricFamily(f"{PREFIX}_events_rejected", "Events rejected, by reason.",
+        events = CounterMetricFamily(MetricName.EVENTS, "Events accepted, by type.", labels=["pipeline", "type"])
+        rejected = CounterMetricFamily(MetricName.EVENTS_REJECTED, "Events rejected, by reason.",
                                        labels=["pipeline", "reason"])
-        duplicate = CounterMetricFamily(f"{PREFIX}_events_duplicate",
-                                        "Events delivered again and ignored, by type.", labels=["pipeline", "type"])
-        for kind in ("impression", "judgment"):
+        duplicates = CounterMetricFamily(MetricName.EVENTS_DUPLICATE,
+                                         "Events delivered again and ignored, by type.", labels=["pipeline", "type"])
+        for kind in EVENT_TYPES:
             events.add_metric([*pipeline, kind], counts.get(kind, 0))
-            duplicate.add_metric([*pipeline, kind], counts.get(f"duplicate:{kind}", 0))
+            duplicates.add_metric([*pipeline, kind], counts.get(duplicate(kind), 0))
         for name, n in sorted(counts.items()):
-            if name.startswith("rejected:"):
-                rejected.add_metric([*pipeline, name.removeprefix("rejected:")], n)
-        yield from (events, rejected, duplicate)
+            reason = rejection_reason(name)
+            if reason is not None:
+                rejected.add_metric([*pipeline, reason], n)
+        yield from (events, rejected, duplicates)
 
         now = self.store.clock_ms() if view.event_clock else int(self.clock() * 1000)
         labels = ["pipeline", "k", "window", *seg]
-        ndcg = GaugeMetricFamily(f"{PREFIX}_ndcg", "Mean nDCG@k over the scored impressions of the window.",
+        ndcg = GaugeMetricFamily(MetricName.NDCG, "Mean nDCG@k over the scored impressions of the window.",
                                  labels=labels)
-        ndcg_sum = GaugeMetricFamily(f"{PREFIX}_ndcg_numerator",
+        ndcg_sum = GaugeMetricFamily(MetricName.NDCG_NUMERATOR,
                                      "Sum of nDCG@k over the scored impressions of the window.", labels=labels)
-        scored = GaugeMetricFamily(f"{PREFIX}_scored_impressions",
+        scored = GaugeMetricFamily(MetricName.SCORED_IMPRESSIONS,
                                    "Impressions of the window whose nDCG@k is defined (ideal DCG > 0).", labels=labels)
-        dcg = GaugeMetricFamily(f"{PREFIX}_dcg", "Mean DCG@k over all impressions of the window.", labels=labels)
-        dcg_sum = GaugeMetricFamily(f"{PREFIX}_dcg_numerator", "Sum of DCG@k over all impressions of the window.",
+        dcg = GaugeMetricFamily(MetricName.DCG, "Mean DCG@k over all impressions of the window.", labels=labels)
+        dcg_sum = GaugeMetricFamily(MetricName.DCG_NUMERATOR, "Sum of DCG@k over all impressions of the window.",
                                     labels=labels)
-        judged = GaugeMetricFamily(f"{PREFIX}_judged_ratio",
+        judged = GaugeMetricFamily(MetricName.JUDGED_RATIO,
                                    "Mean share of the top k ranks holding a judged document.", labels=labels)
-        judged_sum = GaugeMetricFamily(f"{PREFIX}_judged_ratio_numerator",
+        judged_sum = GaugeMetricFamily(MetricName.JUDGED_RATIO_NUMERATOR,
                                        "Sum of the judged ratio@k over all impressions of the window.", labels=labels)
-        impressions = GaugeMetricFamily(f"{PREFIX}_impressions", "Impressions in the window.",
+        impressions = GaugeMetricFamily(MetricName.IMPRESSIONS, "Impressions in the window.",
                                         labels=["pipeline", "window", *seg])
         if now is not None:
             oldest = min(view.window_buckets(now, w)[0] for w in view.windows_ms)
@@ -130,14 +133,14 @@ class _StoreCollector(Collector):
                 first, last = view.window_buckets(now, window)
                 in_window = range(first, last + 1).__contains__
                 name = format_duration(window)
-                for segment_values, part in by_segment.items():
+                for label_values, part in by_segment.items():
                     if not any(in_window(bucket) for bucket, _, _ in part):
                         continue
                     rows = window_means(part, view.cutoffs, in_window)
-                    impressions.add_metric([*pipeline, name, *segment_values],
+                    impressions.add_metric([*pipeline, name, *label_values],
                                            _number(rows[str(view.cutoffs[0])]["impressions"]))
                     for k in view.cutoffs:
-                        row, values = rows[str(k)], [*pipeline, str(k), name, *segment_values]
+                        row, values = rows[str(k)], [*pipeline, str(k), name, *label_values]
                         for family, field in ((ndcg, "ndcg_mean"), (ndcg_sum, "ndcg_sum"),
                                               (scored, "scored_impressions"), (dcg, "dcg_mean"),
                                               (dcg_sum, "dcg_sum"), (judged, "judged_ratio"),
@@ -157,7 +160,7 @@ def _by_segment(aggregates: dict[AggregateKey, float],
     only in other keys fall together)."""
     parts: dict[tuple[str, ...], dict[AggregateKey, float]] = {}
     for key, value in aggregates.items():
-        parts.setdefault(tuple(segment_labels(key[1], labels)), {})[key] = value
+        parts.setdefault(tuple(segment_values(key[1], labels)), {})[key] = value
     return parts
 
 
@@ -171,37 +174,37 @@ class Exporter:
         # metrics that the default registry would carry, so a fresh registry loses nothing.
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             registry.register(collector)
-        Info(f"{PREFIX}_build", "The version and source revision of the running service.",
+        Info(MetricName.BUILD, "The version and source revision of the running service.",
              registry=registry).info({"version": __version__, "revision": revision})
-        self.batch_seconds = Histogram(f"{PREFIX}_batch_duration_seconds",
+        self.batch_seconds = Histogram(MetricName.BATCH_DURATION,
                                        "Time to process one batch: parse, load, apply, commit.", registry=registry)
-        self.batch_events = Histogram(f"{PREFIX}_batch_events", "Records in one batch.",
+        self.batch_events = Histogram(MetricName.BATCH_EVENTS, "Records in one batch.",
                                       buckets=(1, 10, 50, 100, 250, 500, 1000, 2500, 5000), registry=registry)
         self.judgment_latency = Histogram(
-            f"{PREFIX}_judgment_to_metric_seconds",
+            MetricName.JUDGMENT_LATENCY,
             "From a judgment's event time to the commit that makes it visible in the metrics.",
             buckets=_LATENCY_BUCKETS, registry=registry)
-        self.redis_seconds = Histogram(f"{PREFIX}_redis_round_trip_seconds", "Duration of one Redis round trip.",
+        self.redis_seconds = Histogram(MetricName.REDIS_ROUND_TRIP, "Duration of one Redis round trip.",
                                        buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
                                        registry=registry)
-        self.consumer_lag = Gauge(f"{PREFIX}_consumer_lag", "Records behind the end of each assigned partition.",
+        self.consumer_lag = Gauge(MetricName.CONSUMER_LAG, "Records behind the end of each assigned partition.",
                                   ["topic", "partition"], registry=registry)
-        self.assigned_partitions = Gauge(f"{PREFIX}_assigned_partitions",
+        self.assigned_partitions = Gauge(MetricName.ASSIGNED_PARTITIONS,
                                          "Input partitions this instance holds.", registry=registry)
-        self.backoffs = Counter(f"{PREFIX}_backoffs", "Times the service backed off after a transient fault, by cause.",
+        self.backoffs = Counter(MetricName.BACKOFFS, "Times the service backed off after a transient fault, by cause.",
                                 ["cause"], registry=registry)
         self.offsets_skipped = Counter(
-            f"{PREFIX}_offsets_skipped",
+            MetricName.OFFSETS_SKIPPED,
             "Offsets deleted from Kafka (retention or delete-records) before they were read: events never counted.",
             ["topic", "partition"], registry=registry)
-        self.fenced = Counter(f"{PREFIX}_fenced_batches", "Batches refused because another instance took a partition.",
+        self.fenced = Counter(MetricName.FENCED_BATCHES, "Batches refused because another instance took a partition.",
                               registry=registry)
-        self.dead_letters_dropped = Counter(f"{PREFIX}_dead_letters_dropped",
+        self.dead_letters_dropped = Counter(MetricName.DEAD_LETTERS_DROPPED,
                                             "Rejected messages too large for the dead-letter producer.",
                                             registry=registry)
-        self.scrape_errors = Counter(f"{PREFIX}_scrape_errors", "Scrapes that could not read the shared state.",
+        self.scrape_errors = Counter(MetricName.SCRAPE_ERRORS, "Scrapes that could not read the shared state.",
                                      registry=registry)
-        self.ready = Gauge(f"{PREFIX}_ready", "1 while the service consumes and commits normally.", registry=registry)
+        self.ready = Gauge(MetricName.READY, "1 while the service consumes and commits normally.", registry=registry)
         registry.register(_StoreCollector(store, view, clock, self.scrape_errors.inc))
         self._server: ThreadingHTTPServer | None = None
 

@@ -1,7 +1,10 @@
-"""The metric: gains, discounts, DCG@k, ideal DCG, nDCG@k and judged ratio@k.
+"""The metric: gains, discounts, DCG@k, ideal DCG, nDCG@k and judged ratio@k, and their sums.
 
-Standard library only. Everything the service reports is one of these
-functions applied to a ranked list and the judgments known for its query.
+Standard library only (and the package's names, `vocabulary`). Everything the
+service reports is one of these functions applied to a ranked list and the
+judgments known for its query, summed over impressions into the aggregate
+fields by `list_sums` (lists scored one by one) or `pooled_sums` (many lists at
+once, from where their judged documents stand).
 
     >>> measure = Measure(cutoffs=(6,), gain="linear", ideal="list")
     >>> score = score_list(["D1", "D2", "D3", "D4", "D5", "D6"],
@@ -18,7 +21,9 @@ Definitions (the seeds in shared/seeds):
 - ideal DCG@k: the k largest positive gains, sorted, discounted. ``pool``
   takes them from every judgment known for the query (shown or not), ``list``
   from the list's own judged documents. Negative gains never enter the ideal.
-- nDCG@k = DCG@k / ideal DCG@k, and None when the ideal DCG is 0.
+- nDCG@k = DCG@k / ideal DCG@k, and None when the ideal DCG is 0. In sums an
+  undefined nDCG adds nothing, neither to the nDCG sum nor to the scored
+  impressions (`ndcg_sums`): it is left out of the nDCG mean, not counted as 0.
 - judged ratio@k: the share of the k top ranks that hold a judged document.
 """
 
@@ -30,10 +35,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from stream_ndcg.vocabulary import dcg_at, judged_at, ndcg_at, scored_at
+
 Gain = Literal["exponential", "linear"]
 Ideal = Literal["pool", "list"]
 GAINS: tuple[Gain, ...] = ("exponential", "linear")
 IDEALS: tuple[Ideal, ...] = ("pool", "list")
+DEFAULT_CUTOFFS: tuple[int, ...] = (5, 10)
 
 # 2**100 is far beyond any grading scale and keeps every sum finite.
 MAX_ABS_GRADE = 100.0
@@ -43,7 +51,7 @@ MAX_ABS_GRADE = 100.0
 class Measure:
     """nDCG@k declared once: the cut-offs, the gain formula and the ideal ordering."""
 
-    cutoffs: tuple[int, ...] = (5, 10)
+    cutoffs: tuple[int, ...] = DEFAULT_CUTOFFS
     gain: Gain = "exponential"
     ideal: Ideal = "pool"
 
@@ -85,6 +93,11 @@ def discount(rank: int) -> float:
     return _DISCOUNTS[rank]
 
 
+def discounted(gain_value: float, rank: int) -> float:
+    """What a gain at `rank` adds to a DCG."""
+    return gain_value * discount(rank)
+
+
 def cumulative_gain(gains: Iterable[float]) -> float:
     """CG: the plain sum of the gains, blind to their order."""
     return math.fsum(gains)
@@ -92,13 +105,13 @@ def cumulative_gain(gains: Iterable[float]) -> float:
 
 def dcg(gains: Sequence[float], k: int) -> float:
     """DCG@k of gains listed in rank order."""
-    return math.fsum(g * discount(rank) for rank, g in enumerate(gains[:k], start=1) if g)
+    return math.fsum(discounted(g, rank) for rank, g in enumerate(gains[:k], start=1) if g)
 
 
 def ideal_dcg(gains: Iterable[float], k: int) -> float:
     """Ideal DCG@k: the k largest positive gains, best first."""
     best = heapq.nlargest(k, (g for g in gains if g > 0.0))
-    return math.fsum(g * discount(rank) for rank, g in enumerate(best, start=1))
+    return math.fsum(discounted(g, rank) for rank, g in enumerate(best, start=1))
 
 
 def ndcg(dcg_value: float, ideal_value: float) -> float | None:
@@ -156,3 +169,58 @@ def score_list(
         ndcgs[k] = ndcg(dcgs[k], ideal_dcg(ideal_pool, k))
         judged[k] = sum(1 for rank in judged_ranks if rank <= k) / k
     return ListScore(dcg=dcgs, ndcg=ndcgs, judged_ratio=judged)
+
+
+def ndcg_sums(ndcgs: Iterable[tuple[float | None, int]]) -> tuple[float, float]:
+    """The nDCG sum and the scored impressions of (nDCG summed over n impressions, n) pairs.
+
+    The one convention for an undefined nDCG (None): it adds to neither.
+    """
+    defined = [(value, n) for value, n in ndcgs if value is not None]
+    return math.fsum(value for value, _ in defined), float(sum(n for _, n in defined))
+
+
+def list_sums(scores: Iterable[tuple[ListScore, int]], cutoffs: Iterable[int]) -> dict[str, float]:
+    """The aggregate fields of lists scored one by one, each shown `count` times:
+    DCG, nDCG, scored impressions and judged ratio, summed per cut-off."""
+    shown = list(scores)
+    sums: dict[str, float] = {}
+    for k in cutoffs:
+        sums[dcg_at(k)] = math.fsum(score.dcg[k] * count for score, count in shown)
+        sums[ndcg_at(k)], sums[scored_at(k)] = ndcg_sums(
+            (None if (value := score.ndcg[k]) is None else value * count, count) for score, count in shown)
+        sums[judged_at(k)] = math.fsum(score.judged_ratio[k] * count for score, count in shown)
+    return sums
+
+
+def pooled_sums(
+    judged: Iterable[tuple[float, Mapping[int, int]]],
+    impressions: int,
+    ideals: Mapping[int, float],
+) -> dict[str, float]:
+    """The aggregate fields of `impressions` lists that share the pool ideal (`ideals`: ideal DCG
+    by cut-off), from where their judged documents stand: per document, its gain and
+    {first rank: lists showing it there}. The sums of `score_list` list by list, at the cost of
+    the judged documents rather than of the lists."""
+    terms: dict[int, list[float]] = {k: [] for k in ideals}
+    counts = dict.fromkeys(ideals, 0)
+    for gain_value, at in judged:
+        for rank, count in at.items():
+            term = discounted(gain_value * count, rank)
+            for k in ideals:
+                if rank <= k:
+                    terms[k].append(term)
+                    counts[k] += count
+    sums: dict[str, float] = {}
+    for k, parts in terms.items():
+        sums[dcg_at(k)] = math.fsum(parts)
+        sums[judged_at(k)] = counts[k] / k
+    return pooled_ndcg(sums, impressions, ideals)
+
+
+def pooled_ndcg(sums: dict[str, float], impressions: int, ideals: Mapping[int, float]) -> dict[str, float]:
+    """Set the nDCG sums from the DCG sums of `impressions` lists sharing the pool ideal: the sum
+    of their nDCG is the sum of their DCG over it."""
+    for k, ideal in ideals.items():
+        sums[ndcg_at(k)], sums[scored_at(k)] = ndcg_sums([(ndcg(sums[dcg_at(k)], ideal), impressions)])
+    return sums

@@ -6,6 +6,7 @@ Cluster hash tag, so that everything of one input partition P =
 ``topic:partition`` lives in one slot and one script can write it atomically):
 
     {ns}:config                STRING  the metric configuration the state is built with (JSON)
+    {ns}:format                STRING  `state_format.FORMAT_VERSION` of the stored state (absent: 1)
     {ns}:generation            STRING  how many times it was rebuilt; the keys of earlier
                                        generations expire, or are a few small keys per partition
     ns:partitions              SET     every partition ever claimed (for scrapes)
@@ -15,14 +16,12 @@ Cluster hash tag, so that everything of one input partition P =
     {ns:P}:meta                HASH    offset (next to consume), clock (the engine's clock at the last
                                        commit: greatest event time, or wall time with --clock wall)
     {ns:P}:counts              HASH    event counts: impression, judgment, duplicate:*, rejected:*
-    {ns:P}:q:<query_id>        HASH    the query's state, TTL max(horizon, judgment TTL):
-                                       r|<doc> -> the document's judgment events (JSON list,
-                                       appended to by each commit),
-                                       g|<bucket>|<segment> -> group (JSON)
-    {ns:P}:lists:<query_id>:<bucket>  HASH  JSON [segment, list] -> impressions showing it, TTL horizon
+    {ns:P}:q:<query_id>        HASH    the query's state (fields: `state_format`),
+                                       TTL max(horizon, judgment TTL)
+    {ns:P}:lists:<query_id>:<bucket>  HASH  the query's ranked lists (`state_format`), TTL horizon
     {ns:P}:imp                 ZSET    impression ids applied, scored by their time bucket; pruned
-                                       behind the horizon
-    {ns:P}:agg:<bucket>        HASH    "<segment>|<field>" -> sum, TTL horizon
+                                       behind the horizon (`windows.oldest_kept_bucket`)
+    {ns:P}:agg:<bucket>        HASH    aggregate sums (`state_format`), TTL horizon
     {ns:P}:aggidx              ZSET    the buckets that have an agg hash
 
 A batch costs two round trips: one pipelined read (query states, impression
@@ -37,10 +36,15 @@ cluster pipeline routes by key (it refuses EVALSHA) and which no node can
 answer with NOSCRIPT after a restart or failover.
 
 Only the instance holding a partition writes it, so that instance keeps the
-query states it wrote in a bounded LRU cache and reads from Redis only the
-states it has not got. The cache of a partition is dropped on every claim and
-on every failed commit; the offset check makes a stale cache impossible to
-write (a Redis that lost its last second would refuse the next commit).
+query states it wrote in a `StateCache` and reads from Redis only the states
+it has not got. The cache of a partition is dropped on every claim and on
+every failed commit; the offset check makes a stale cache impossible to write
+(a Redis that lost its last second would refuse the next commit).
+
+Longer than the 350 lines a module is held to: the key layout, the two
+scripts that write it and the round trips that read it are one piece of
+knowledge; what they store is `state_format`'s, when it expires `windows`'s,
+and the cache is `state_cache`'s.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ import logging
 import math
 import time
 import uuid
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -58,9 +62,13 @@ import orjson
 import redis
 from redis.exceptions import MovedError, RedisClusterException, RedisError
 
-from stream_ndcg.engine import AggregateKey, QueryState
+from stream_ndcg import state_format
+from stream_ndcg.engine import QueryState
 from stream_ndcg.errors import ConfigError, FencedError, StoreUnavailable
+from stream_ndcg.state_cache import StateCache
 from stream_ndcg.store import Commit, Snapshot, config_difference
+from stream_ndcg.vocabulary import AggregateKey
+from stream_ndcg.windows import bucket_ttl_ms, oldest_kept_bucket
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +113,9 @@ return 1
 """
 
 _ADOPT = """
+local format = redis.call('GET', KEYS[3])
+if format and format ~= ARGV[3] then return {-2, 0, format} end
+redis.call('SET', KEYS[3], ARGV[3])
 local held = redis.call('GET', KEYS[1])
 local generation = tonumber(redis.call('GET', KEYS[2]) or '0')
 if held == ARGV[1] then return {generation, 0, held} end
@@ -167,7 +178,7 @@ class RedisStore:
         self.namespace = namespace
         # Where this instance's keys live: the namespace, and a generation after each rebuild.
         self._space = namespace
-        self._cache = _StateCache(cache_groups)
+        self._cache = StateCache(cache_groups)
         self.bucket_ms = bucket_ms
         self.horizon_ms = horizon_ms
         self.state_ttl_ms = max(state_ttl_ms, horizon_ms)
@@ -197,9 +208,12 @@ class RedisStore:
 
     def adopt(self, config: Mapping[str, object], *, rebuild: bool = False) -> bool:
         wanted = orjson.dumps(config, option=orjson.OPT_SORT_KEYS).decode()
-        keys = [f"{{{self.namespace}}}:config", f"{{{self.namespace}}}:generation"]
+        keys = [f"{{{self.namespace}}}:{name}" for name in ("config", "generation", "format")]
         with self._round_trip("configuration check"):
-            generation, rebuilt, held = self.client.eval(_ADOPT, 2, *keys, wanted, "1" if rebuild else "0")
+            generation, rebuilt, held = self.client.eval(_ADOPT, 3, *keys, wanted, "1" if rebuild else "0",
+                                                         str(state_format.FORMAT_VERSION))
+        if generation == -2:
+            state_format.check_format(_text(held))
         if generation < 0:
             raise ConfigError(config_difference(orjson.loads(held), orjson.loads(wanted)))
         self._space = self.namespace if generation == 0 else f"{self.namespace}#{generation}"
@@ -239,7 +253,7 @@ class RedisStore:
             replies = pipe.execute()
         for query_id, fields in zip(queries, replies[: len(queries)], strict=True):
             if fields:
-                states[query_id] = _state_from_fields(fields)
+                states[query_id] = state_format.state_from_fields(fields)
         known = {i for i, score in zip(ids, replies[len(queries)], strict=True) if score is not None} if ids else set()
         clock = replies[-1]
         return Snapshot(states, known, int(clock) if clock is not None else None)
@@ -282,36 +296,21 @@ class RedisStore:
         states = []
         for query_id, state in outcome.touched.items():
             query_change = outcome.changes[query_id]
-            written: list[str] = []
-            # A document's events only grow: the script appends the batch's to the JSON list it holds.
-            appended = [[f"r|{doc}", orjson.dumps(new).decode()[1:-1]] for doc, new in query_change.revised.items()]
-            for bucket, segment in query_change.dirty & state.groups.keys():
-                group = state.groups[(bucket, segment)]
-                encoded = orjson.dumps(group.to_dict(), option=orjson.OPT_NON_STR_KEYS).decode()
-                written += [f"g|{bucket}|{segment}", encoded]
-            removed = [f"g|{bucket}|{segment}" for bucket, segment in query_change.removed]
+            written, removed, appended = state_format.changed_fields(state, query_change)
             states.append([index(self._key(partition, "q", query_id)), self.state_ttl_ms, written, removed, appended])
         clock = outcome.clock_ms
         now = time.time() * 1000 if self.wall_clock else clock
 
         def ttl(bucket: int) -> int:
-            # A bucket's keys live until the bucket itself is behind the horizon, not just
-            # `horizon` after their last write (an event may be stamped ahead of the clock).
-            least = self.horizon_ms + self.bucket_ms
-            return least if now is None else max(least, int((bucket + 1) * self.bucket_ms + self.horizon_ms - now))
+            return bucket_ttl_ms(bucket, now, self.horizon_ms, self.bucket_ms)
 
-        new_lists: dict[tuple[str, int], list[list[object]]] = {}
-        for (query_id, bucket, segment, ranked), count in outcome.lists.items():
-            new_lists.setdefault((query_id, bucket), []).append([orjson.dumps([segment, ranked]).decode(), count])
-        lists = [[index(self._key(partition, "lists", q, b)), ttl(b), fields] for (q, b), fields in new_lists.items()]
+        lists = [[index(self._key(partition, "lists", q, b)), ttl(b), fields]
+                 for (q, b), fields in state_format.list_increments(outcome).items()]
         impressions = [item for impression_id, bucket in outcome.impression_buckets.items()
                        for item in (str(bucket), impression_id)]
-        fields: dict[int, list[list[str]]] = {}
-        for (bucket, segment, name), change in outcome.aggregates.items():
-            # repr() is the shortest string that reads back as the same double.
-            fields.setdefault(bucket, []).append([f"{segment}|{name}", repr(change)])
-        aggs = [[index(self._key(partition, "agg", b)), ttl(b), str(b), f] for b, f in fields.items()]
-        prune = str(int((now - self.horizon_ms) // self.bucket_ms)) if now is not None else None
+        aggs = [[index(self._key(partition, "agg", b)), ttl(b), str(b), fields]
+                for b, fields in state_format.aggregate_increments(outcome).items()]
+        prune = str(oldest_kept_bucket(now, self.horizon_ms, self.bucket_ms)) if now is not None else None
         payload = {
             "states": states, "lists": lists, "impressions": impressions, "aggs": aggs,
             "counts": [[name, n] for name, n in outcome.counts.items()],
@@ -323,7 +322,7 @@ class RedisStore:
     def ranked_lists(self, partition: str, query_id: str) -> dict[tuple[int, str, tuple[str, ...]], int]:
         with self._round_trip("list read"):
             fields = self.client.hgetall(self._key(partition, "q", query_id))
-            buckets = sorted({b for b, _ in _state_from_fields(fields).groups}) if fields else []
+            buckets = sorted({b for b, _ in state_format.state_from_fields(fields).groups}) if fields else []
             pipe = self.client.pipeline(transaction=False)
             for bucket in buckets:
                 pipe.hgetall(self._key(partition, "lists", query_id, bucket))
@@ -331,8 +330,8 @@ class RedisStore:
         held: dict[tuple[int, str, tuple[str, ...]], int] = {}
         for bucket, reply in zip(buckets, replies, strict=True):
             for raw_field, count in reply.items():
-                segment, ranked = orjson.loads(raw_field)
-                held[(bucket, segment, tuple(ranked))] = int(count)
+                segment, ranked = state_format.decode_list_field(raw_field)
+                held[(bucket, segment, ranked)] = int(count)
         return held
 
     def partitions(self) -> list[str]:
@@ -356,7 +355,7 @@ class RedisStore:
         parts: dict[AggregateKey, list[float]] = {}
         for (_, bucket), values in zip(wanted, hashes, strict=True):
             for raw_field, raw_value in values.items():
-                segment, _, name = _text(raw_field).rpartition("|")
+                segment, name = state_format.decode_aggregate_field(raw_field)
                 parts.setdefault((bucket, segment, name), []).append(float(raw_value))
         # fsum: the total does not depend on the order partitions are read in.
         return {key: math.fsum(values) for key, values in parts.items()}
@@ -397,65 +396,5 @@ class RedisStore:
             self.client.ping()
 
 
-class _StateCache:
-    """The query states this instance wrote, least recently used first out, bounded by their
-    groups (a group, one query's impressions in one bucket and segment, is what a state's size
-    grows with), across all partitions.
-
-    An entry is trusted only until its deadline, while Redis surely still holds the state it
-    mirrors (the key's TTL runs from our write).
-    """
-
-    def __init__(self, most_groups: int) -> None:
-        self.most_groups = most_groups
-        self.groups = 0
-        self._entries: OrderedDict[tuple[str, str], tuple[QueryState, float, int]] = OrderedDict()
-
-    def get(self, partition: str, query_id: str, now: float) -> QueryState | None:
-        entry = self._entries.get((partition, query_id))
-        if entry is None:
-            return None
-        if entry[1] <= now:
-            self._drop((partition, query_id))
-            return None
-        self._entries.move_to_end((partition, query_id))
-        return entry[0]
-
-    def put(self, partition: str, states: Mapping[str, QueryState], deadline: float) -> None:
-        for query_id, state in states.items():
-            key = (partition, query_id)
-            if key in self._entries:
-                self._drop(key)
-            weight = len(state.groups) + 1
-            self._entries[key] = (state, deadline, weight)
-            self.groups += weight
-        while self.groups > self.most_groups:
-            self._drop(next(iter(self._entries)))
-
-    def forget(self, partition: str) -> None:
-        for key in [key for key in self._entries if key[0] == partition]:
-            self._drop(key)
-
-    def forget_all(self) -> None:
-        self._entries.clear()
-        self.groups = 0
-
-    def _drop(self, key: tuple[str, str]) -> None:
-        self.groups -= self._entries.pop(key)[2]
-
-
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _state_from_fields(fields: Mapping[Any, Any]) -> QueryState:
-    """A query state from its hash (the client returns bytes)."""
-    revisions = {}
-    groups = []
-    for name, value in fields.items():
-        if name.startswith(b"r|"):
-            revisions[name[2:].decode()] = orjson.loads(value)
-        elif name.startswith(b"g|"):
-            _, bucket, segment = _text(name).split("|", 2)
-            groups.append([int(bucket), segment, orjson.loads(value)])
-    return QueryState.from_dict({"r": revisions, "g": groups})

@@ -13,14 +13,15 @@ input counts, whenever it arrived.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from stream_ndcg.events import DEFAULT_LIMITS, Impression, InvalidEvent, Judgment, Limits, parse_event
-from stream_ndcg.metric import ListScore, Measure, score_list
+from stream_ndcg.metric import ListScore, Measure, list_sums, score_list
+from stream_ndcg.vocabulary import IMPRESSION, IMPRESSIONS, JUDGMENT, scored_at
+from stream_ndcg.windows import means
 
 
 @dataclass(frozen=True)
@@ -49,12 +50,12 @@ class Replay:
             return event
         if isinstance(event, Impression):
             if event.impression_id in self._impressions:
-                self.duplicates["impression"] += 1
+                self.duplicates[IMPRESSION] += 1
             else:
                 self._impressions[event.impression_id] = event
             return None
         if event in self._revisions:
-            self.duplicates["judgment"] += 1
+            self.duplicates[JUDGMENT] += 1
             return None
         self._revisions.add(event)
         winners = self._winners.setdefault(event.query_id, {})
@@ -98,8 +99,8 @@ class Replay:
                 for key, values in sorted(by_segment.items())
             },
             "events": {
-                "impression": len(self._impressions),
-                "judgment": len(self._revisions),
+                IMPRESSION: len(self._impressions),
+                JUDGMENT: len(self._revisions),
                 "duplicate": sum(self.duplicates.values()),
                 "rejected": dict(sorted(self.rejected.items())),
             },
@@ -107,16 +108,11 @@ class Replay:
 
 
 def summarize(scores: list[ListScore], cutoffs: tuple[int, ...]) -> dict[str, dict[str, Any]]:
-    """Means per cut-off: nDCG over scored impressions, DCG and judged ratio over all."""
-    out: dict[str, dict[str, Any]] = {}
-    for k in cutoffs:
-        defined = [s.ndcg[k] for s in scores if s.ndcg[k] is not None]
-        n = len(scores)
-        out[str(k)] = {
-            "ndcg_mean": math.fsum(v for v in defined if v is not None) / len(defined) if defined else None,
-            "dcg_mean": math.fsum(s.dcg[k] for s in scores) / n if n else None,
-            "judged_ratio": math.fsum(s.judged_ratio[k] for s in scores) / n if n else None,
-            "scored_impressions": len(defined),
-            "impressions": n,
-        }
-    return out
+    """Means per cut-off: nDCG over scored impressions, DCG and judged ratio over all (the
+    service's window means, over every impression)."""
+    sums = {IMPRESSIONS: float(len(scores)), **list_sums(((score, 1) for score in scores), cutoffs)}
+    rows = means(sums, cutoffs)
+    return {str(k): {"ndcg_mean": rows[str(k)]["ndcg_mean"], "dcg_mean": rows[str(k)]["dcg_mean"],
+                     "judged_ratio": rows[str(k)]["judged_ratio"],
+                     "scored_impressions": int(sums[scored_at(k)]), "impressions": len(scores)}
+            for k in cutoffs}

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from stream_ndcg.events import Impression
 from stream_ndcg.store import StateStore
+from stream_ndcg.vocabulary import MISSING, OVERFLOW
 
 
 class SegmentProjector:
     """Maps an impression's segment to the allowlisted labels, each capped in distinct values.
 
-    A label the impression lacks becomes "none"; a value past the cap becomes
-    "other". The admitted values live in the store, so every instance agrees.
+    A label the impression lacks becomes `vocabulary.MISSING`; a value past the cap becomes
+    `vocabulary.OVERFLOW`. The admitted values live in the store, so every instance agrees.
     """
 
-    OVERFLOW = "other"
-    MISSING = "none"
     # Segments seen, remembered with their projection (admission never changes its answer);
     # forgotten all at once when this many, since producers may send any number of them.
     REMEMBERED = 10_000
@@ -40,8 +39,8 @@ class SegmentProjector:
         for label in self.labels:
             value = given.get(label)
             if value is None:
-                value = self.MISSING
-            elif value in (self.MISSING, self.OVERFLOW) or not self.store.admit(label, value, self.cap):
-                value = self.OVERFLOW
+                value = MISSING
+            elif value in (MISSING, OVERFLOW) or not self.store.admit(label, value, self.cap):
+                value = OVERFLOW
             projected.append((label, value))
         return tuple(projected)

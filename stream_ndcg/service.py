@@ -36,11 +36,9 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
         cache_groups=settings.state_cache_groups,
         observe_round_trip=lambda seconds: holder[0].redis_seconds.observe(seconds) if holder else None,
     )
-    view = WindowView(cutoffs=settings.k, windows_ms=settings.windows, bucket_ms=settings.bucket,
-                      segment_labels=settings.segment_labels, event_clock=settings.clock == "event",
-                      pipeline=settings.key_namespace)
     # The image sets the source revision at build time (Dockerfile ARG REVISION); it is not a setting.
-    exporter = Exporter(registry, store, view, revision=os.environ.get("STREAM_NDCG_REVISION", "unknown"))
+    exporter = Exporter(registry, store, WindowView.from_settings(settings),
+                        revision=os.environ.get("STREAM_NDCG_REVISION", "unknown"))
     holder.append(exporter)
     engine = Engine(settings.measure, settings.bucket, horizon_ms=settings.horizon,
                     judgment_max_age_ms=settings.judgment_ttl)

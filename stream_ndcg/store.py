@@ -23,8 +23,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from stream_ndcg.engine import AggregateKey, BatchOutcome, QueryState
+from stream_ndcg.engine import BatchOutcome, QueryState
 from stream_ndcg.errors import ConfigError, FencedError
+from stream_ndcg.state_format import FORMAT_VERSION, check_format, state_fields, state_from_fields
+from stream_ndcg.vocabulary import AggregateKey
+from stream_ndcg.windows import oldest_kept_bucket
 
 
 @dataclass
@@ -107,6 +110,8 @@ class StateStore(Protocol):
         The first start records it. A later start with another one raises ConfigError saying
         what differs, unless `rebuild`: then it is recorded instead and the store starts afresh
         (a new generation of keys, with no offsets: consume from the beginning). True if it did.
+        State stored in another `state_format.FORMAT_VERSION` is refused (ConfigError), rebuild
+        or not; state with none recorded is version 1, and this one is recorded.
         """
         ...
 
@@ -116,7 +121,7 @@ class _Partition:
     epoch: str = ""
     next_offset: int | None = None
     clock_ms: int | None = None
-    states: dict[str, str] = field(default_factory=dict)
+    states: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
     lists: dict[str, dict[tuple[int, str, tuple[str, ...]], int]] = field(default_factory=dict)
     impressions: dict[str, int] = field(default_factory=dict)
 
@@ -124,9 +129,9 @@ class _Partition:
 class MemoryStore:
     """The in-memory twin of the Redis store, for the offline paths and the tests.
 
-    States are kept serialised, as Redis keeps them, so that a loaded state is
-    never the engine's own object and a test through this store exercises the
-    same round trip.
+    States are kept serialised, in the hash fields Redis keeps them in, so that
+    a loaded state is never the engine's own object and a test through this
+    store exercises the same round trip.
     """
 
     def __init__(self, *, bucket_ms: int = 60_000, horizon_ms: int | None = None) -> None:
@@ -138,8 +143,12 @@ class MemoryStore:
         self._segment_values: dict[str, set[str]] = {}
         self._claims = 0
         self._config: dict[str, object] | None = None
+        # The format version recorded with the state, as Redis records it: None until the first adopt.
+        self.format_version: str | None = None
 
     def adopt(self, config: Mapping[str, object], *, rebuild: bool = False) -> bool:
+        check_format(self.format_version)
+        self.format_version = str(FORMAT_VERSION)
         recorded = self._config
         self._config = dict(config)
         if recorded is None or recorded == self._config:
@@ -167,7 +176,7 @@ class MemoryStore:
 
     def load(self, partition: str, query_ids: Collection[str], impressions: Mapping[str, int]) -> Snapshot:
         part = self._partition(partition)
-        states = {q: QueryState.from_json(part.states[q]) for q in query_ids if q in part.states}
+        states = {q: state_from_fields(part.states[q]) for q in query_ids if q in part.states}
         known = {i for i in impressions if i in part.impressions}
         return Snapshot(states, known, part.clock_ms)
 
@@ -183,7 +192,7 @@ class MemoryStore:
             part = self._partition(commit.partition)
             outcome = commit.outcome
             for query_id, state in outcome.touched.items():
-                part.states[query_id] = state.to_json()
+                part.states[query_id] = state_fields(state)
             part.impressions.update(outcome.impression_buckets)
             for (query_id, bucket, segment, ranked), count in outcome.lists.items():
                 held = part.lists.setdefault(query_id, {})
@@ -199,7 +208,7 @@ class MemoryStore:
     def _expire(self, part: _Partition) -> None:
         if self.horizon_ms is None or part.clock_ms is None:
             return
-        oldest = (part.clock_ms - self.horizon_ms) // self.bucket_ms
+        oldest = oldest_kept_bucket(part.clock_ms, self.horizon_ms, self.bucket_ms)
         part.impressions = {i: bucket for i, bucket in part.impressions.items() if bucket >= oldest}
         for held in part.lists.values():
             for stale in [listed for listed in held if listed[0] < oldest]:

@@ -21,6 +21,7 @@ from stream_ndcg.devtools.producer import produce
 from stream_ndcg.devtools.servers import KafkaBroker, RedisServer
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.service import build
+from stream_ndcg.vocabulary import MetricName, total
 
 TOPIC = "search-events"
 
@@ -41,23 +42,23 @@ def _traffic(bootstrap: str, rate: float, stop: threading.Event) -> None:
 
 def _view(registry: CollectorRegistry, settings: Settings, port: int, started: float) -> str:
     k = str(max(settings.k))
-    events = _total(registry, "stream_ndcg_events_total")
+    events = _total(registry, total(MetricName.EVENTS))
     lines = [f"stream-ndcg demo   metrics: http://{settings.metrics_host}:{port}/metrics   Ctrl-C stops everything",
              "",
              f"{'window':>7} {'variant':>8} {'nDCG@' + k:>9} {'DCG@' + k:>8} {'judged@' + k:>10} {'impressions':>12}"]
     for window in settings.windows:
         for variant in ("A", "B"):
             w = format_duration(window)
-            ndcg = _sum_ratio(registry, "stream_ndcg_ndcg_numerator", "stream_ndcg_scored_impressions", k, w, variant)
+            ndcg = _sum_ratio(registry, MetricName.NDCG_NUMERATOR, MetricName.SCORED_IMPRESSIONS, k, w, variant)
             lines.append(
                 f"{w:>7} {variant:>8} {ndcg:>9.4f} "
-                f"{_weighted(registry, 'stream_ndcg_dcg', k, w, variant):>8.3f} "
-                f"{_weighted(registry, 'stream_ndcg_judged_ratio', k, w, variant):>10.3f} "
-                f"{_total(registry, 'stream_ndcg_impressions', window=w, variant=variant):>12.0f}")
-    lag = sum(s.value for m in registry.collect() for s in m.samples if s.name == "stream_ndcg_consumer_lag")
+                f"{_weighted(registry, MetricName.DCG, k, w, variant):>8.3f} "
+                f"{_weighted(registry, MetricName.JUDGED_RATIO, k, w, variant):>10.3f} "
+                f"{_total(registry, MetricName.IMPRESSIONS, window=w, variant=variant):>12.0f}")
+    lag = sum(s.value for m in registry.collect() for s in m.samples if s.name == MetricName.CONSUMER_LAG)
     elapsed = max(1e-9, time.monotonic() - started)
     lines += ["", f"events/s {events / elapsed:8.0f}   consumer lag {lag:6.0f}   "
-                  f"rejected {_total(registry, 'stream_ndcg_events_rejected_total'):5.0f}"]
+                  f"rejected {_total(registry, total(MetricName.EVENTS_REJECTED)):5.0f}"]
     return "\n".join(lines)
 
 
@@ -71,7 +72,7 @@ def _weighted(registry: CollectorRegistry, name: str, k: str, window: str, varia
     means = {s.labels["engine"]: s.value for m in registry.collect() for s in m.samples
              if s.name == name and s.labels.get("k") == k and s.labels.get("window") == window
              and s.labels.get("variant") == variant}
-    weights = {engine: _total(registry, "stream_ndcg_impressions", window=window, variant=variant, engine=engine)
+    weights = {engine: _total(registry, MetricName.IMPRESSIONS, window=window, variant=variant, engine=engine)
                for engine in means}
     total = sum(weights.values())
     return sum(means[e] * weights[e] for e in means if weights[e]) / total if total else float("nan")

@@ -16,11 +16,12 @@ from __future__ import annotations
 import pytest
 
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
-from stream_ndcg.engine import Engine, window_means
+from stream_ndcg.engine import Engine
 from stream_ndcg.errors import ConfigError, FencedError
 from stream_ndcg.events import InvalidEvent, parse_event
 from stream_ndcg.metric import Measure
 from stream_ndcg.store import MemoryStore, StateStore
+from stream_ndcg.windows import window_means
 from tests.support.batches import apply_batch, parsed
 
 MEASURE = Measure(cutoffs=(3, 10))

@@ -17,13 +17,14 @@ from prometheus_client import CollectorRegistry
 
 from stream_ndcg.config import Settings
 from stream_ndcg.consumer import StreamProcessor
-from stream_ndcg.engine import Engine, window_means
+from stream_ndcg.engine import Engine
 from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled, StoreUnavailable, UndecodableRecords
 from stream_ndcg.exporter import Exporter, WindowView
 from stream_ndcg.pipeline import BatchPipeline, RecordChecks
 from stream_ndcg.replay import Replay
 from stream_ndcg.source import LocalSource, Partition
 from stream_ndcg.store import Commit, MemoryStore
+from stream_ndcg.windows import window_means
 
 TOPIC = "events"
 PARTITIONS = [Partition(TOPIC, 0), Partition(TOPIC, 1)]

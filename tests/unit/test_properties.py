@@ -15,10 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stream_ndcg.engine import Engine, full_segment_key, window_means
+from stream_ndcg.engine import Engine
 from stream_ndcg.metric import Measure
 from stream_ndcg.replay import Replay
 from stream_ndcg.store import MemoryStore
+from stream_ndcg.vocabulary import full_segment_key
+from stream_ndcg.windows import window_means
 from tests.support.batches import apply_batch, parsed
 
 DOCS = [f"d{i}" for i in range(7)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stream_ndcg.engine import Group, QueryState
-from stream_ndcg.redis_store import _StateCache
+from stream_ndcg.state_cache import StateCache
 
 
 def state(groups: int) -> QueryState:
@@ -11,7 +11,7 @@ def state(groups: int) -> QueryState:
 
 
 def test_least_recently_used_states_leave_first_once_their_groups_pass_the_bound() -> None:
-    cache = _StateCache(most_groups=10)
+    cache = StateCache(most_groups=10)
     cache.put("t:0", {"a": state(3), "b": state(3)}, deadline=100.0)  # 4 + 4 groups with the query itself
     assert cache.get("t:0", "a", now=1.0) is not None  # a is now the more recent
     cache.put("t:1", {"c": state(2)}, deadline=100.0)  # 11 groups: b goes
@@ -21,7 +21,7 @@ def test_least_recently_used_states_leave_first_once_their_groups_pass_the_bound
 
 
 def test_a_state_written_again_is_weighed_again() -> None:
-    cache = _StateCache(most_groups=100)
+    cache = StateCache(most_groups=100)
     grown = state(1)
     cache.put("t:0", {"a": grown}, deadline=100.0)
     grown.groups[(99, "{}")] = Group()
@@ -30,7 +30,7 @@ def test_a_state_written_again_is_weighed_again() -> None:
 
 
 def test_entries_expire_at_their_deadline_and_with_their_partition() -> None:
-    cache = _StateCache(most_groups=100)
+    cache = StateCache(most_groups=100)
     cache.put("t:0", {"a": state(1), "b": state(1)}, deadline=5.0)
     cache.put("t:1", {"a": state(1)}, deadline=50.0)
     assert cache.get("t:0", "a", now=5.0) is None
@@ -41,6 +41,6 @@ def test_entries_expire_at_their_deadline_and_with_their_partition() -> None:
 
 
 def test_a_zero_bound_keeps_nothing() -> None:
-    cache = _StateCache(most_groups=0)
+    cache = StateCache(most_groups=0)
     cache.put("t:0", {"a": state(2)}, deadline=100.0)
     assert cache.get("t:0", "a", now=1.0) is None and cache.groups == 0

@@ -1,0 +1,149 @@
+"""The stored form of the state: query states, groups, ranked lists and aggregate sums as hash fields.
+
+Both stores keep a query state in this form: Redis as the fields of the query's
+hash, the in-memory store as the same mapping in a dict. The engine's objects
+(`QueryState`, `Group`) never see it, and nothing in the pure core imports this
+module.
+
+A query state is one hash:
+
+    r|<doc>                JSON list of the document's judgment events [ts, event_id, grade];
+                           a commit appends the batch's events to it (`revisions_tail`)
+    g|<bucket>|<segment>   JSON group {"n": impressions, "c": {field: credited sum},
+                           "r": {doc: {first rank: impressions}}, "l": [[list, impressions]]}
+
+Beside it, a query's ranked lists of one bucket are a hash of JSON
+``[segment, list]`` -> impressions, and the aggregate sums of one bucket a hash
+of ``<segment>|<field>`` -> sum (field names from `vocabulary`).
+
+`FORMAT_VERSION` numbers this layout. A store records it with the state and
+refuses state recorded with another one (`check_format`); state recorded before
+the number existed is version 1, the layout above.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+
+from stream_ndcg.engine import BatchOutcome, Group, QueryChange, QueryState, Revision
+from stream_ndcg.errors import ConfigError
+
+# Bump it with any change to the layout above, and teach the stores to read the old one or to refuse it.
+FORMAT_VERSION = 1
+
+
+def check_format(found: str | None) -> None:
+    """Refuse state recorded in another format than this release's; None (nothing recorded) is
+    state written before the version was recorded, which is version 1."""
+    if found is not None and found != str(FORMAT_VERSION):
+        raise ConfigError(f"the stored state is in format version {found!r}, and this release reads version "
+                          f"{FORMAT_VERSION} only: run a release that reads it, or use another namespace")
+
+
+def revisions_field(doc: str) -> str:
+    return f"r|{doc}"
+
+
+def group_field(bucket: int, segment: str) -> str:
+    return f"g|{bucket}|{segment}"
+
+
+def encode_group(group: Group) -> str:
+    data = {
+        "n": group.impressions,
+        "c": group.credited,
+        "r": group.ranks,
+        "l": [[list(ranked), count] for ranked, count in group.lists.items()],
+    }
+    return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def decode_group(raw: bytes | str) -> Group:
+    data = orjson.loads(raw)
+    return Group(
+        impressions=data["n"],
+        credited=data["c"],
+        # JSON object keys are strings: the ranks come back as text.
+        ranks={doc: {int(rank): count for rank, count in at.items()} for doc, at in data["r"].items()},
+        lists={tuple(ranked): count for ranked, count in data["l"]},
+    )
+
+
+def revisions_tail(revisions: list[Revision]) -> str:
+    """The events as the tail of a JSON list: what a commit appends inside the stored list's brackets."""
+    return orjson.dumps(revisions).decode()[1:-1]
+
+
+def state_fields(state: QueryState) -> dict[bytes, bytes]:
+    """The whole state as hash fields, as a Redis client would return them."""
+    fields = {revisions_field(doc).encode(): orjson.dumps(seen) for doc, seen in state.revisions.items()}
+    for (bucket, segment), group in state.groups.items():
+        fields[group_field(bucket, segment).encode()] = encode_group(group).encode()
+    return fields
+
+
+def state_from_fields(fields: Mapping[Any, Any]) -> QueryState:
+    """A query state from its hash fields, bytes as the Redis client returns them (typed Any there)."""
+    state = QueryState()
+    for name, value in fields.items():
+        if name.startswith(b"r|"):
+            state.revisions[name[2:].decode()] = [(r[0], r[1], r[2]) for r in orjson.loads(value)]
+        elif name.startswith(b"g|"):
+            _, bucket, segment = name.decode().split("|", 2)
+            state.groups[(int(bucket), segment)] = decode_group(value)
+    return state
+
+
+def changed_fields(state: QueryState, change: QueryChange) -> tuple[list[str], list[str], list[list[str]]]:
+    """What a batch changed in a stored state: fields to write (name, value, name, value...),
+    fields to delete, and [field, `revisions_tail`] to append to."""
+    written: list[str] = []
+    for bucket, segment in change.dirty & state.groups.keys():
+        written += [group_field(bucket, segment), encode_group(state.groups[(bucket, segment)])]
+    removed = [group_field(bucket, segment) for bucket, segment in change.removed]
+    # A document's events only grow: the batch's are appended to the list held.
+    appended = [[revisions_field(doc), revisions_tail(new)] for doc, new in change.revised.items()]
+    return written, removed, appended
+
+
+def list_field(segment: str, ranked: Iterable[str]) -> str:
+    return orjson.dumps([segment, list(ranked)]).decode()
+
+
+def list_increments(outcome: BatchOutcome) -> dict[tuple[str, int], list[tuple[str, int]]]:
+    """The batch's new impressions of ranked lists: (query, bucket) -> [(field, impressions)]."""
+    increments: dict[tuple[str, int], list[tuple[str, int]]] = {}
+    for (query_id, bucket, segment, ranked), count in outcome.lists.items():
+        increments.setdefault((query_id, bucket), []).append((list_field(segment, ranked), count))
+    return increments
+
+
+def decode_list_field(raw: bytes | str) -> tuple[str, tuple[str, ...]]:
+    segment, ranked = orjson.loads(raw)
+    return segment, tuple(ranked)
+
+
+def aggregate_field(segment: str, name: str) -> str:
+    return f"{segment}|{name}"
+
+
+def aggregate_increments(outcome: BatchOutcome) -> dict[int, list[tuple[str, str]]]:
+    """The batch's changes of the aggregate sums: bucket -> [(field, increment)]."""
+    increments: dict[int, list[tuple[str, str]]] = {}
+    for (bucket, segment, name), change in outcome.aggregates.items():
+        increments.setdefault(bucket, []).append((aggregate_field(segment, name), encode_sum(change)))
+    return increments
+
+
+def decode_aggregate_field(raw: bytes | str) -> tuple[str, str]:
+    """(segment, field); a segment key may hold '|', a field name never does."""
+    segment, _, name = (raw.decode() if isinstance(raw, bytes) else raw).rpartition("|")
+    return segment, name
+
+
+def encode_sum(value: float) -> str:
+    # repr() is the shortest string that reads back as the same double.
+    return repr(value)

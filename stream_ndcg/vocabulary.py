@@ -1,0 +1,125 @@
+"""The names of stream-ndcg: aggregate fields, event counts, segment keys and Prometheus metrics.
+
+Standard library only. Every module that writes or reads one of these names
+takes it from here (arroyo's ``utils/metric_defs.py`` is the pattern), so the
+engine, the stores, the exporter, the demo and the benchmarks cannot drift
+apart. The aggregate fields, count keys and segment keys are stored in Redis
+and the metric names are scraped by dashboards and alerts: changing a spelling
+here is a data migration (see `state_format.FORMAT_VERSION`) or a breaking
+change of the exposition, not a refactor.
+
+    >>> dcg_at(10), duplicate(IMPRESSION), rejection_reason(rejected("not_json"))
+    ('dcg@10', 'duplicate:impression', 'not_json')
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Final
+
+# (time bucket, segment key, aggregate field) -> sum.
+AggregateKey = tuple[int, str, str]
+Segment = tuple[tuple[str, str], ...]
+
+# Aggregate fields, summed per (bucket, segment) over impressions.
+IMPRESSIONS: Final = "impressions"
+
+
+def dcg_at(k: int) -> str:
+    """The sum of DCG@k."""
+    return f"dcg@{k}"
+
+
+def ndcg_at(k: int) -> str:
+    """The sum of nDCG@k over the impressions where it is defined."""
+    return f"ndcg@{k}"
+
+
+def scored_at(k: int) -> str:
+    """How many impressions have a defined nDCG@k (ideal DCG > 0)."""
+    return f"scored@{k}"
+
+
+def judged_at(k: int) -> str:
+    """The sum of the judged ratio@k."""
+    return f"judged@{k}"
+
+
+# Event counts: accepted events by type, and the ones ignored or refused.
+IMPRESSION: Final = "impression"
+JUDGMENT: Final = "judgment"
+EVENT_TYPES: Final = (IMPRESSION, JUDGMENT)
+_DUPLICATE = "duplicate:"
+_REJECTED = "rejected:"
+
+
+def duplicate(event_type: str) -> str:
+    """The count of events of `event_type` delivered again and ignored."""
+    return _DUPLICATE + event_type
+
+
+def rejected(reason: str) -> str:
+    """The count of events refused for `reason`."""
+    return _REJECTED + reason
+
+
+def rejection_reason(count_key: str) -> str | None:
+    """The reason of a `rejected` count key; None for any other key."""
+    return count_key.removeprefix(_REJECTED) if count_key.startswith(_REJECTED) else None
+
+
+# Segment values that no impression can claim: a label the impression lacks,
+# and a value past the cap of distinct values per label.
+MISSING: Final = "none"
+OVERFLOW: Final = "other"
+
+
+@functools.lru_cache(maxsize=4096)
+def full_segment_key(segment: Segment) -> str:
+    """The segment key of the whole segment map (the replay's and the tests' grouping)."""
+    return json.dumps(dict(segment), sort_keys=True, separators=(",", ":"))
+
+
+def segment_values(segment_key: str, labels: tuple[str, ...]) -> list[str]:
+    """The values of `labels` in a segment key, MISSING where the key has none."""
+    segment = json.loads(segment_key) if segment_key else {}
+    return [str(segment.get(label, MISSING)) for label in labels]
+
+
+class MetricName:
+    """Every Prometheus metric the service exports. Counters are named without the ``_total``
+    their samples carry (`total` adds it), as prometheus_client declares them."""
+
+    PREFIX: Final = "stream_ndcg"
+    # Read from the shared state at scrape time.
+    EVENTS: Final = f"{PREFIX}_events"
+    EVENTS_REJECTED: Final = f"{PREFIX}_events_rejected"
+    EVENTS_DUPLICATE: Final = f"{PREFIX}_events_duplicate"
+    NDCG: Final = f"{PREFIX}_ndcg"
+    NDCG_NUMERATOR: Final = f"{PREFIX}_ndcg_numerator"
+    SCORED_IMPRESSIONS: Final = f"{PREFIX}_scored_impressions"
+    DCG: Final = f"{PREFIX}_dcg"
+    DCG_NUMERATOR: Final = f"{PREFIX}_dcg_numerator"
+    JUDGED_RATIO: Final = f"{PREFIX}_judged_ratio"
+    JUDGED_RATIO_NUMERATOR: Final = f"{PREFIX}_judged_ratio_numerator"
+    IMPRESSIONS: Final = f"{PREFIX}_impressions"
+    # This process's own.
+    BUILD: Final = f"{PREFIX}_build"
+    BATCH_DURATION: Final = f"{PREFIX}_batch_duration_seconds"
+    BATCH_EVENTS: Final = f"{PREFIX}_batch_events"
+    JUDGMENT_LATENCY: Final = f"{PREFIX}_judgment_to_metric_seconds"
+    REDIS_ROUND_TRIP: Final = f"{PREFIX}_redis_round_trip_seconds"
+    CONSUMER_LAG: Final = f"{PREFIX}_consumer_lag"
+    ASSIGNED_PARTITIONS: Final = f"{PREFIX}_assigned_partitions"
+    BACKOFFS: Final = f"{PREFIX}_backoffs"
+    OFFSETS_SKIPPED: Final = f"{PREFIX}_offsets_skipped"
+    FENCED_BATCHES: Final = f"{PREFIX}_fenced_batches"
+    DEAD_LETTERS_DROPPED: Final = f"{PREFIX}_dead_letters_dropped"
+    SCRAPE_ERRORS: Final = f"{PREFIX}_scrape_errors"
+    READY: Final = f"{PREFIX}_ready"
+
+
+def total(counter: str) -> str:
+    """The sample name of a counter."""
+    return f"{counter}_total"
