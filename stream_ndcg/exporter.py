@@ -111,19 +111,7 @@ class _StoreCollector(Collector):
 
         now = self.store.clock_ms() if view.event_clock else int(self.clock() * 1000)
         labels = ["pipeline", "k", "window", *seg]
-        ndcg = GaugeMetricFamily(MetricName.NDCG, "Mean nDCG@k over the scored impressions of the window.",
-                                 labels=labels)
-        ndcg_sum = GaugeMetricFamily(MetricName.NDCG_NUMERATOR,
-                                     "Sum of nDCG@k over the scored impressions of the window.", labels=labels)
-        scored = GaugeMetricFamily(MetricName.SCORED_IMPRESSIONS,
-                                   "Impressions of the window whose nDCG@k is defined (ideal DCG > 0).", labels=labels)
-        dcg = GaugeMetricFamily(MetricName.DCG, "Mean DCG@k over all impressions of the window.", labels=labels)
-        dcg_sum = GaugeMetricFamily(MetricName.DCG_NUMERATOR, "Sum of DCG@k over all impressions of the window.",
-                                    labels=labels)
-        judged = GaugeMetricFamily(MetricName.JUDGED_RATIO,
-                                   "Mean share of the top k ranks holding a judged document.", labels=labels)
-        judged_sum = GaugeMetricFamily(MetricName.JUDGED_RATIO_NUMERATOR,
-                                       "Sum of the judged ratio@k over all impressions of the window.", labels=labels)
+        gauges = [(GaugeMetricFamily(name, text, labels=labels), field) for name, text, field in _QUALITY_GAUGES]
         impressions = GaugeMetricFamily(MetricName.IMPRESSIONS, "Impressions in the window.",
                                         labels=["pipeline", "window", *seg])
         if now is not None:
@@ -141,12 +129,24 @@ class _StoreCollector(Collector):
                                            _number(rows[str(view.cutoffs[0])]["impressions"]))
                     for k in view.cutoffs:
                         row, values = rows[str(k)], [*pipeline, str(k), name, *label_values]
-                        for family, field in ((ndcg, "ndcg_mean"), (ndcg_sum, "ndcg_sum"),
-                                              (scored, "scored_impressions"), (dcg, "dcg_mean"),
-                                              (dcg_sum, "dcg_sum"), (judged, "judged_ratio"),
-                                              (judged_sum, "judged_sum")):
+                        for family, field in gauges:
                             family.add_metric(values, _number(row[field]))
-        yield from (ndcg, ndcg_sum, scored, dcg, dcg_sum, judged, judged_sum, impressions)
+        yield from (family for family, _ in gauges)
+        yield impressions
+
+
+# The quality gauges of each k: name, help, and the field of `windows.window_means` they report.
+_QUALITY_GAUGES = (
+    (MetricName.NDCG, "Mean nDCG@k over the scored impressions of the window.", "ndcg_mean"),
+    (MetricName.NDCG_NUMERATOR, "Sum of nDCG@k over the scored impressions of the window.", "ndcg_sum"),
+    (MetricName.SCORED_IMPRESSIONS, "Impressions of the window whose nDCG@k is defined (ideal DCG > 0).",
+     "scored_impressions"),
+    (MetricName.DCG, "Mean DCG@k over all impressions of the window.", "dcg_mean"),
+    (MetricName.DCG_NUMERATOR, "Sum of DCG@k over all impressions of the window.", "dcg_sum"),
+    (MetricName.JUDGED_RATIO, "Mean share of the top k ranks holding a judged document.", "judged_ratio"),
+    (MetricName.JUDGED_RATIO_NUMERATOR, "Sum of the judged ratio@k over all impressions of the window.",
+     "judged_sum"),
+)
 
 
 def _number(value: float | None) -> float:

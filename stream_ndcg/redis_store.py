@@ -1,5 +1,8 @@
 """The Redis store: the key layout, and each batch committed atomically with its offset.
 
+(Over 350 lines on purpose: the key layout, the Lua scripts and the code that builds their
+KEYS and ARGV must be read together, or a key added to one is missed in the other.)
+
 Key layout (``ns`` is the namespace setting, followed by ``#<generation>`` once
 the state has been rebuilt for a new metric configuration; ``{ns:P}`` is a Redis
 Cluster hash tag, so that everything of one input partition P =
