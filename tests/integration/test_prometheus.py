@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,12 +16,11 @@ from urllib.request import urlopen
 import pytest
 import yaml
 
-from stream_ndcg.devtools.producer import produce
 from stream_ndcg.devtools.servers import KafkaBroker, free_port
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from tests.support.deploy import CHART, DEPLOY, helm, promtool
 from tests.support.service import Service, wait_for_messages
-from tests.support.topics import create_topic
+from tests.support.topics import create_topic, send_paced
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -73,9 +71,7 @@ def test_rules_and_dashboard_queries_return_data_from_a_real_prometheus(
                           malformed_share=0.01, max_delay_ms=300_000)
     messages = list(Simulator(spec).messages())
     # Traffic keeps flowing while Prometheus scrapes, so rates are taken over moving counters.
-    sender = threading.Thread(target=produce, args=(kafka.bootstrap, topic, messages),
-                              kwargs={"paced": True, "rate": 300.0})
-    sender.start()
+    sender = send_paced(kafka.bootstrap, topic, messages, 300.0)
 
     rules, queries = chart_rules_and_dashboard(service_env["STREAM_NDCG_NAMESPACE"])
     # Evaluated every second here, so that the test does not wait for the chart's 30 s.

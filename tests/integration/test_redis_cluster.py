@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_repla
 from tests.support.security import REDIS_PASSWORD, SERVICE_ACL
 from tests.support.service import Service, wait_for_messages
 from tests.support.store_contract import BUCKET, HORIZON, MEASURE
-from tests.support.topics import create_topic
+from tests.support.topics import create_topic, send_paced
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -68,9 +67,7 @@ def test_two_instances_on_a_three_master_cluster_equal_the_replay_through_a_mast
 
     # kill -9 the master holding partition 0 while the second half streams in.
     victim = redis_cluster.nodes[node_of(f"{{{namespace}:{topic}:0}}")]
-    sender = threading.Thread(target=produce, args=(kafka.bootstrap, topic, messages[half:]),
-                              kwargs={"paced": True, "rate": 2_000.0})
-    sender.start()
+    sender = send_paced(kafka.bootstrap, topic, messages[half:], 2_000.0)
     time.sleep(1)
     victim.kill()
     deadline = time.monotonic() + 30

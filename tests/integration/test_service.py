@@ -6,7 +6,6 @@ import os
 import random
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from stream_ndcg.devtools.servers import KafkaBroker, RedisServer, free_port
 from tests.support.events import encode
 from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
 from tests.support.service import Service, progress, wait_for_messages
-from tests.support.topics import create_topic
+from tests.support.topics import create_topic, send_paced
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -96,9 +95,7 @@ def test_kill_9_at_random_moments_loses_and_doubles_nothing(
     kills = 0
     service.start()
     # Paced over ~12 s, so that the kills land mid-stream however fast the service catches up.
-    sender = threading.Thread(target=produce, args=(kafka.bootstrap, topic, messages),
-                              kwargs={"paced": True, "rate": 2_500.0})
-    sender.start()
+    sender = send_paced(kafka.bootstrap, topic, messages, 2_500.0)
     while kills < 6:
         time.sleep(rnd.uniform(0.5, 2.5))
         if progress(service) >= len(messages):
@@ -142,9 +139,7 @@ def test_redis_restarted_mid_stream_recovers_by_itself(
     services.append(service)
     service.start()
     # Paced over ~8 s, so that Redis goes away mid-stream.
-    sender = threading.Thread(target=produce, args=(kafka.bootstrap, topic, messages),
-                              kwargs={"paced": True, "rate": 2_500.0})
-    sender.start()
+    sender = send_paced(kafka.bootstrap, topic, messages, 2_500.0)
     time.sleep(2)
     redis_server.stop()
     time.sleep(3)
@@ -170,9 +165,7 @@ def test_three_instances_over_twelve_partitions_report_what_one_instance_reports
     services.extend([alone, *group])
     alone.start()
     group[0].start()
-    sender = threading.Thread(target=produce, args=(kafka.bootstrap, topic, messages),
-                              kwargs={"paced": True, "rate": 4_000.0})
-    sender.start()
+    sender = send_paced(kafka.bootstrap, topic, messages, 4_000.0)
     time.sleep(1.5)
     group[1].start()
     time.sleep(1.5)
