@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from stream_ndcg.devtools.servers import RedisClusterNodes
+from stream_ndcg.devtools.servers import RedisClusterNodes, RedisServer
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
 from stream_ndcg.errors import ConfigError, FencedError, StoreUnavailable
@@ -192,3 +192,20 @@ def test_state_built_with_another_metric_configuration_is_refused_unless_rebuilt
     assert store.adopt(exponential, rebuild=True) is False
     with pytest.raises(ConfigError, match="gain"):
         store.adopt(linear)
+
+
+def test_state_in_another_format_is_refused_and_state_without_one_is_todays(redis_server: RedisServer,
+                                                                            redis_client: redis.Redis) -> None:
+    namespace = f"f-{uuid.uuid4().hex[:8]}"
+    client = connect(redis_server.url)
+    store = RedisStore(client, namespace=namespace, bucket_ms=BUCKET, horizon_ms=HORIZON, state_ttl_ms=HORIZON)
+    config, key = {"k": [3, 10]}, f"{{{namespace}}}:format"
+    assert store.adopt(config) is False
+    assert redis_client.get(key) == b"1"
+    redis_client.delete(key)  # as the release before the version was recorded left it
+    assert store.adopt(config) is False
+    assert redis_client.get(key) == b"1"
+    redis_client.set(key, "2")
+    with pytest.raises(ConfigError, match="format version '2'"):
+        store.adopt(config, rebuild=True)
+    client.close()
