@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from stream_ndcg.devtools.servers import RedisClusterNodes
-from stream_ndcg.errors import StoreUnavailable
+from stream_ndcg.devtools.servers import RedisClusterNodes, RedisServer
+from stream_ndcg.errors import ConfigError, StoreUnavailable
 from stream_ndcg.redis_store import RedisStore, connect
 from stream_ndcg.store import StateStore
 from tests.support.store_contract import BUCKET, HORIZON, StoreContract
@@ -61,3 +61,20 @@ def test_a_single_server_client_pointed_at_a_cluster_says_how_to_fix_it(redis_cl
         with pytest.raises(StoreUnavailable, match="set redis_cluster"):
             for partition in range(20):
                 store.claim(f"t:{partition}")
+
+
+def test_state_in_another_format_is_refused_and_state_without_one_is_todays(redis_server: RedisServer) -> None:
+    namespace = f"f-{uuid.uuid4().hex[:8]}"
+    client, raw = connect(redis_server.url), redis.Redis.from_url(redis_server.url)
+    store = RedisStore(client, namespace=namespace, bucket_ms=BUCKET, horizon_ms=HORIZON, state_ttl_ms=HORIZON)
+    config, key = {"k": [3, 10]}, f"{{{namespace}}}:format"
+    assert store.adopt(config) is False
+    assert raw.get(key) == b"1"
+    raw.delete(key)  # as the release before the version was recorded left it
+    assert store.adopt(config) is False
+    assert raw.get(key) == b"1"
+    raw.set(key, "2")
+    with pytest.raises(ConfigError, match="format version '2'"):
+        store.adopt(config, rebuild=True)
+    client.close()
+    raw.close()

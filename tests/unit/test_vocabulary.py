@@ -1,0 +1,71 @@
+"""The catalogue of names, pinned: these spellings are stored in Redis and scraped by dashboards."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stream_ndcg import metric, vocabulary, windows
+from stream_ndcg.vocabulary import (
+    MISSING,
+    MetricName,
+    dcg_at,
+    duplicate,
+    full_segment_key,
+    judged_at,
+    ndcg_at,
+    rejected,
+    rejection_reason,
+    scored_at,
+    segment_values,
+    total,
+)
+
+
+def test_stored_names_keep_their_spelling() -> None:
+    # A change here is a change of state_format.FORMAT_VERSION, not a rename.
+    assert (vocabulary.IMPRESSIONS, dcg_at(5), ndcg_at(5), scored_at(5), judged_at(5)) == (
+        "impressions", "dcg@5", "ndcg@5", "scored@5", "judged@5")
+    assert (vocabulary.EVENT_TYPES, duplicate("judgment"), rejected("too_old")) == (
+        ("impression", "judgment"), "duplicate:judgment", "rejected:too_old")
+    assert (vocabulary.MISSING, vocabulary.OVERFLOW) == ("none", "other")
+    assert full_segment_key((("variant", "B"), ("engine", "web"))) == '{"engine":"web","variant":"B"}'
+
+
+def test_exported_names_keep_their_spelling() -> None:
+    names = {value for name, value in vars(MetricName).items() if name.isupper() and name != "PREFIX"}
+    assert names == {f"stream_ndcg_{n}" for n in (
+        "events", "events_rejected", "events_duplicate", "ndcg", "ndcg_sum", "scored_impressions", "dcg",
+        "dcg_sum", "judged_ratio", "judged_ratio_sum", "impressions", "batch_duration_seconds", "batch_events",
+        "judgment_to_metric_seconds", "redis_round_trip_seconds", "consumer_lag", "assigned_partitions",
+        "backoffs", "fenced_batches", "dead_letters_dropped", "scrape_errors", "ready")}
+    assert total(MetricName.EVENTS) == "stream_ndcg_events_total"
+
+
+@pytest.mark.parametrize("key", ["impression", "duplicate:impression", "rejected", "xrejected:a"])
+def test_only_rejected_keys_have_a_reason(key: str) -> None:
+    assert rejection_reason(key) is None
+
+
+def test_a_reason_comes_back_whole() -> None:
+    assert rejection_reason(rejected("bad:field")) == "bad:field"
+
+
+@given(st.dictionaries(st.sampled_from(["variant", "engine", "locale"]), st.text(max_size=5)))
+def test_a_segment_key_gives_back_the_values_of_its_labels(segment: dict[str, str]) -> None:
+    labels = ("variant", "engine", "locale")
+    key = full_segment_key(tuple(segment.items()))
+    assert segment_values(key, labels) == [segment.get(label, MISSING) for label in labels]
+
+
+def test_an_empty_segment_key_has_every_label_missing() -> None:
+    assert segment_values("", ("variant",)) == [MISSING]
+
+
+@pytest.mark.parametrize("module", [vocabulary, windows, metric])
+def test_the_module_examples_hold(module: object) -> None:
+    failed, tried = doctest.testmod(module)  # type: ignore[arg-type]
+    assert tried and not failed
