@@ -45,5 +45,5 @@ def test_the_exporter_reads_the_cutoffs_of_the_engines_measure() -> None:
                                     "clock": "event"})
     assert WindowView.from_settings(settings) == WindowView(
         cutoffs=settings.measure.cutoffs, windows_ms=(300_000, 3_600_000), bucket_ms=60_000,
-        segment_labels=("variant", "engine"), event_clock=True)
+        segment_labels=("variant", "engine"), event_clock=True, pipeline="stream-ndcg")
     assert settings.measure.cutoffs == (3, 20)
