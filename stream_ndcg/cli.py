@@ -134,7 +134,29 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     settings = _settings(args)
     json.dump(settings.masked(), sys.stdout, indent=2)
     sys.stdout.write("\n")
-    return 0
+    return _check_state(settings) if getattr(args, "state", False) else 0
+
+
+def _check_state(settings: Settings) -> int:
+    """`check-config --state`: what `run` would do with the state stored in Redis; 2 if it would refuse it."""
+    from stream_ndcg import reconfigure, state_format
+    from stream_ndcg.errors import StoreUnavailable
+    from stream_ndcg.redis_store import RedisStore, connect
+
+    store = RedisStore(lambda: connect(settings.redis_url, cluster=settings.redis_cluster,
+                                       ca_file=settings.redis_ca_file),
+                       namespace=settings.key_namespace, bucket_ms=settings.bucket, horizon_ms=settings.horizon,
+                       state_ttl_ms=settings.judgment_ttl)
+    try:
+        stored, found_format = store.recorded_config()
+    except StoreUnavailable as exc:
+        print(f"stream-ndcg: cannot read the stored state: {exc}", file=sys.stderr)
+        return 1
+    print(f"namespace {settings.key_namespace}, format version {found_format or 1}")
+    state_format.check_format(found_format)
+    text, starts = reconfigure.report(stored, reconfigure.configured(settings), rebuild=settings.rebuild)
+    print(text)
+    return 0 if starts else 2
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -208,6 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
             command.add_argument("--" + setting.replace("_", "-"), dest=setting, metavar="VALUE",
                                  help=f"(env {ENV_PREFIX}{setting.upper()})")
         command.set_defaults(handler=cmd_run if name == "run" else cmd_check_config)
+        if name == "check-config":
+            command.add_argument("--state", action="store_true",
+                                 help="also read the metric configuration stored in Redis (redis_url, namespace) "
+                                      "and say whether this configuration continues it, changes it in place or "
+                                      "needs a rebuild (exit 2 if run would refuse it)")
 
     dev = sub.add_parser("dev", help="start or stop a local Kafka broker and redis-server on loopback")
     dev.add_argument("action", choices=("up", "down"))

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from stream_ndcg import reconfigure
 from stream_ndcg.backoff import Backoff
 from stream_ndcg.config import Settings
 from stream_ndcg.errors import ConsumerStalled, FencedError, RecoverableError, StoreUnavailable, UndecodableRecords
@@ -87,8 +88,8 @@ class StreamProcessor:
         return self._healthy and self.ownership.settled and not self._undecodable
 
     def run(self) -> None:
-        """Consume until shutdown(); ConfigError if the stored state was built with another
-        metric configuration (and no rebuild was asked for)."""
+        """Consume until shutdown(); ConfigError if the stored state cannot serve this metric
+        configuration (`reconfigure`) and no rebuild was asked for."""
         if not self.start():
             return
         try:
@@ -124,7 +125,7 @@ class StreamProcessor:
         unreachable; False on shutdown."""
         while not self._shutdown.is_set():
             try:
-                if self.store.adopt(self.settings.metric_config, rebuild=self.settings.rebuild):
+                if self.store.adopt(reconfigure.configured(self.settings), rebuild=self.settings.rebuild):
                     logger.warning("state rebuilt for a new metric configuration: consuming from the beginning")
                     self.start_from = "earliest"
                 self.backoff.reset()

@@ -65,11 +65,11 @@ import orjson
 import redis
 from redis.exceptions import MovedError, RedisClusterException, RedisError
 
-from stream_ndcg import state_format
+from stream_ndcg import reconfigure, state_format
 from stream_ndcg.engine import QueryState
 from stream_ndcg.errors import ConfigError, FencedError, StoreUnavailable
 from stream_ndcg.state_cache import StateCache
-from stream_ndcg.store import Commit, Snapshot, config_difference
+from stream_ndcg.store import Commit, Snapshot
 from stream_ndcg.vocabulary import AggregateKey
 from stream_ndcg.windows import bucket_ttl_ms, oldest_kept_bucket
 
@@ -115,17 +115,17 @@ end
 return 1
 """
 
+# Records the configuration `adopt` decided on, unless another instance recorded one since it
+# read (it then reads and decides again): KEYS config, generation, format; ARGV the configuration
+# to record, the one read ('' for none), '1' to start a new generation, the format version.
 _ADOPT = """
 local format = redis.call('GET', KEYS[3])
-if format and format ~= ARGV[3] then return {-2, 0, format} end
-redis.call('SET', KEYS[3], ARGV[3])
-local held = redis.call('GET', KEYS[1])
-local generation = tonumber(redis.call('GET', KEYS[2]) or '0')
-if held == ARGV[1] then return {generation, 0, held} end
-if held and ARGV[2] ~= '1' then return {-1, 0, held} end
-if held then generation = redis.call('INCR', KEYS[2]) end
+if format and format ~= ARGV[4] then return {-2, format} end
+if (redis.call('GET', KEYS[1]) or '') ~= ARGV[2] then return {-1, ''} end
+redis.call('SET', KEYS[3], ARGV[4])
 redis.call('SET', KEYS[1], ARGV[1])
-return {generation, held and 1 or 0, ARGV[1]}
+if ARGV[3] == '1' then return {redis.call('INCR', KEYS[2]), ''} end
+return {tonumber(redis.call('GET', KEYS[2]) or '0'), ''}
 """
 
 _ADMIT = """
@@ -210,19 +210,43 @@ class RedisStore:
         return ":".join([f"{{{self._space}:{partition}}}", *map(str, parts)])
 
     def adopt(self, config: Mapping[str, object], *, rebuild: bool = False) -> bool:
-        wanted = orjson.dumps(config, option=orjson.OPT_SORT_KEYS).decode()
-        keys = [f"{{{self.namespace}}}:{name}" for name in ("config", "generation", "format")]
-        with self._round_trip("configuration check"):
-            generation, rebuilt, held = self.client.eval(_ADOPT, 3, *keys, wanted, "1" if rebuild else "0",
-                                                         str(state_format.FORMAT_VERSION))
-        if generation == -2:
-            state_format.check_format(_text(held))
-        if generation < 0:
-            raise ConfigError(config_difference(orjson.loads(held), orjson.loads(wanted)))
+        keys = self._config_keys()
+        # Another instance that records a configuration between the read and the write makes the
+        # write fail: read it and decide again (it is most likely the same decision).
+        for _ in range(10):
+            held_text, found_format = self._read_config()
+            state_format.check_format(found_format)
+            record, rebuilt = reconfigure.decide(orjson.loads(held_text) if held_text else None, config,
+                                                 rebuild=rebuild)
+            wanted = held_text if record is None else orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()
+            with self._round_trip("configuration record"):
+                generation, found = self.client.eval(_ADOPT, 3, *keys, wanted, held_text, "1" if rebuilt else "0",
+                                                     str(state_format.FORMAT_VERSION))
+            if generation == -2:
+                state_format.check_format(_text(found))
+            if generation >= 0:
+                break
+        else:
+            raise ConfigError("the recorded metric configuration kept changing while this instance started: "
+                              "are instances with different configurations starting together?")
         self._space = self.namespace if generation == 0 else f"{self.namespace}#{generation}"
         self._cache.forget_all()
         self._admitted.clear()
-        return bool(rebuilt)
+        return rebuilt
+
+    def recorded_config(self) -> tuple[dict[str, object] | None, str | None]:
+        held, found_format = self._read_config()
+        return (orjson.loads(held) if held else None), found_format
+
+    def _read_config(self) -> tuple[str, str | None]:
+        """The recorded configuration as stored ('' for none), and the format version."""
+        config_key, _, format_key = self._config_keys()
+        with self._round_trip("configuration read"):
+            held, found_format = self.client.get(config_key), self.client.get(format_key)
+        return ("" if held is None else _text(held)), (None if found_format is None else _text(found_format))
+
+    def _config_keys(self) -> list[str]:
+        return [f"{{{self.namespace}}}:{name}" for name in ("config", "generation", "format")]
 
     def claim(self, partition: str) -> str:
         self._cache.forget(partition)

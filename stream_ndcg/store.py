@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from stream_ndcg.engine import BatchOutcome, QueryState
-from stream_ndcg.errors import ConfigError, FencedError
+from stream_ndcg.errors import FencedError
+from stream_ndcg.reconfigure import decide
 from stream_ndcg.state_format import FORMAT_VERSION, check_format, state_fields, state_from_fields
 from stream_ndcg.vocabulary import AggregateKey
 from stream_ndcg.windows import oldest_kept_bucket
@@ -48,16 +49,6 @@ class Commit:
     outcome: BatchOutcome
     next_offset: int
     expected_offset: int | None
-
-
-def config_difference(recorded: Mapping[str, object], configured: Mapping[str, object]) -> str:
-    """What an operator needs to read when the configuration no longer matches the state."""
-    differs = sorted(set(recorded) | set(configured))
-    changes = "; ".join(f"{name}: state built with {recorded.get(name)!r}, configured {configured.get(name)!r}"
-                        for name in differs if recorded.get(name) != configured.get(name))
-    return (f"the stored state was built with another metric configuration ({changes}); "
-            "start once with rebuild=true to recompute from the beginning of the topics, "
-            "or use another namespace")
 
 
 class StateStore(Protocol):
@@ -105,14 +96,21 @@ class StateStore(Protocol):
         ...
 
     def adopt(self, config: Mapping[str, object], *, rebuild: bool = False) -> bool:
-        """Build on state made with `config` (what the numbers mean: cut-offs, gain, ideal...).
+        """Build on state made with `config` (what the numbers mean: cut-offs, gain, ideal...,
+        `reconfigure.configured`).
 
-        The first start records it. A later start with another one raises ConfigError saying
-        what differs, unless `rebuild`: then it is recorded instead and the store starts afresh
-        (a new generation of keys, with no offsets: consume from the beginning). True if it did.
-        State stored in another `state_format.FORMAT_VERSION` is refused (ConfigError), rebuild
-        or not; state with none recorded is version 1, and this one is recorded.
+        The first start records it. A later start with another one is judged by
+        `reconfigure.decide`: a change the state can serve is recorded and applied in place; one
+        it cannot raises ConfigError saying which settings need a rebuild and why, unless
+        `rebuild`: then `config` is recorded instead and the store starts afresh (a new generation
+        of keys, with no offsets: consume from the beginning). True if it did. State stored in
+        another `state_format.FORMAT_VERSION` is refused (ConfigError), rebuild or not; state with
+        none recorded is version 1, and this one is recorded.
         """
+        ...
+
+    def recorded_config(self) -> tuple[dict[str, object] | None, str | None]:
+        """The metric configuration recorded with the state (None: none yet) and its format version."""
         ...
 
 
@@ -149,18 +147,19 @@ class MemoryStore:
     def adopt(self, config: Mapping[str, object], *, rebuild: bool = False) -> bool:
         check_format(self.format_version)
         self.format_version = str(FORMAT_VERSION)
-        recorded = self._config
-        self._config = dict(config)
-        if recorded is None or recorded == self._config:
+        record, rebuilt = decide(self._config, config, rebuild=rebuild)
+        if record is not None:
+            self._config = record
+        if not rebuilt:
             return False
-        if not rebuild:
-            self._config = recorded
-            raise ConfigError(config_difference(recorded, config))
         self._partitions.clear()
         self._aggregates.clear()
         self._counts.clear()
         self._segment_values.clear()
         return True
+
+    def recorded_config(self) -> tuple[dict[str, object] | None, str | None]:
+        return (None if self._config is None else dict(self._config)), self.format_version
 
     def _partition(self, name: str) -> _Partition:
         return self._partitions.setdefault(name, _Partition())
