@@ -186,3 +186,20 @@ def test_help_gives_every_setting_its_meaning_default_and_variable(
     assert help_line("log_level") == ("lowest level logged (any case); default INFO; one of DEBUG, INFO, WARNING, "
                                       "ERROR, CRITICAL; env STREAM_NDCG_LOG_LEVEL")
     assert help_line("linger") == "longest wait for a batch; default 100ms; env STREAM_NDCG_LINGER"
+
+
+def test_simulate_takes_the_kafka_settings_of_run_from_the_same_declaration(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name in Settings.kafka_names():
+        assert f"--{name.replace('_', '-')} {Settings.specs()[name].metavar} {help_line(name)}" in text, name
+    assert "--redis-url" not in text
+    # Settings simulate does not use cannot stop it; its own are checked before any connection.
+    monkeypatch.setenv("STREAM_NDCG_BATCH_SIZE", "abc")
+    monkeypatch.setenv("STREAM_NDCG_SASL_MECHANISM", "PLAIN")
+    assert main(["simulate", "--events", "1", "--security-protocol", "SASL_SSL"]) == 2
+    assert ("configuration error: setting sasl_username (default): SASL_SSL needs sasl_username and sasl_password"
+            in capsys.readouterr().err)
