@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 from stream_ndcg import __version__
-from stream_ndcg.config import ENV_PREFIX, Settings, parse_cutoffs
+from stream_ndcg.config import EPOCH_SECONDS_BELOW_MS, Settings, env_name, flag_name, help_line, parse_cutoffs
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import InvalidEvent, Limits
 from stream_ndcg.metric import DEFAULT_CUTOFFS, GAINS, IDEALS, Measure
@@ -45,33 +45,54 @@ class _Progress:
             sys.stderr.write("\n")
 
 
-def _replay_stream(replay: Replay, name: str, stream: BinaryIO, progress: _Progress) -> None:
+def _replay_stream(replay: Replay, name: str, stream: BinaryIO, progress: _Progress) -> bool:
+    """Apply a file's lines; False if it had lines and every one was rejected."""
+    lines = rejected = 0
     for number, line in enumerate(stream, start=1):
         progress.advance(len(line))
         if not line.strip():
             continue
+        lines += 1
         rejection = replay.add(line.rstrip(b"\r\n"))
         if isinstance(rejection, InvalidEvent):
+            rejected += 1
             print(f"{name}:{number}: rejected ({rejection.reason}): {rejection.detail}", file=sys.stderr)
+    if lines and rejected == lines:
+        print(f"stream-ndcg replay: every line of {name} ({lines}) was rejected: is it a file of events, "
+              "one JSON object a line (see the event contract in the README)?", file=sys.stderr)
+        return False
+    return True
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     measure = Measure(cutoffs=args.k, gain=args.gain, ideal=args.ideal)
     replay = Replay(measure, Limits(max_results=args.max_results))
+    if args.per_impression:
+        # Found out before the work, not after minutes of it.
+        directory = os.path.dirname(os.path.abspath(args.per_impression))
+        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+            print(f"stream-ndcg replay: cannot write --per-impression {args.per_impression}: directory "
+                  f"{directory} does not exist or is not writable (create it first)", file=sys.stderr)
+            return 2
     sizes = [os.path.getsize(p) for p in args.files if p != "-" and os.path.isfile(p)]
     progress = _Progress(sum(sizes))
     status = 0
     for path in args.files:
-        if path == "-":
-            _replay_stream(replay, "<stdin>", sys.stdin.buffer, progress)
-            continue
         try:
-            with open(path, "rb") as stream:
-                _replay_stream(replay, path, stream, progress)
+            if path == "-":
+                usable = _replay_stream(replay, "<stdin>", sys.stdin.buffer, progress)
+            else:
+                with open(path, "rb") as stream:
+                    usable = _replay_stream(replay, path, stream, progress)
         except OSError as exc:
             print(f"stream-ndcg replay: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
-            status = 1
+            usable = False
+        status = status if usable else 1
     progress.close()
+    if replay.earliest_ts is not None and replay.earliest_ts < EPOCH_SECONDS_BELOW_MS:
+        print(f"stream-ndcg replay: warning: event times as small as ts={replay.earliest_ts} fall before 1973 "
+              "as epoch milliseconds: are they epoch seconds? The contract wants milliseconds (or RFC 3339); "
+              "windows and horizons would be off by a factor of 1000", file=sys.stderr)
     if args.per_impression:
         with open(args.per_impression, "w", encoding="utf-8") as out:
             for record in replay.per_impression():
@@ -84,6 +105,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def _settings(args: argparse.Namespace) -> Settings:
     flags = {name: getattr(args, name, None) for name in Settings.names()}
     return Settings.load(flags=flags, environ=os.environ, config_file=args.config)
+
+
+def _kafka_settings(args: argparse.Namespace) -> Settings:
+    """The Kafka connection settings alone, from flags or variables: a tool that only produces
+    should not fail on a Redis or metric setting it never uses."""
+    names = Settings.kafka_names()
+    environ = {env_name(name): os.environ[env_name(name)] for name in names if env_name(name) in os.environ}
+    return Settings.load(flags={name: getattr(args, name, None) for name in names}, environ=environ)
 
 
 class _JsonFormatter(logging.Formatter):
@@ -134,7 +163,18 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     settings = _settings(args)
     json.dump(settings.masked(), sys.stdout, indent=2)
     sys.stdout.write("\n")
-    return _check_state(settings) if getattr(args, "state", False) else 0
+    status = 0
+    if args.connect:
+        from stream_ndcg import preflight
+
+        # Reports go to stderr, so that stdout stays the JSON of the settings for scripts.
+        problems = preflight.check(settings, report=lambda line: print(line, file=sys.stderr))
+        for problem in problems:
+            print(f"stream-ndcg check-config: {problem}", file=sys.stderr)
+        status = 1 if problems else 0
+    if args.state:
+        status = max(status, _check_state(settings))
+    return status
 
 
 def _check_state(settings: Settings) -> int:
@@ -152,10 +192,10 @@ def _check_state(settings: Settings) -> int:
     except StoreUnavailable as exc:
         print(f"stream-ndcg: cannot read the stored state: {exc}", file=sys.stderr)
         return 1
-    print(f"namespace {settings.key_namespace}, format version {found_format or 1}")
+    print(f"namespace {settings.key_namespace}, format version {found_format or 1}", file=sys.stderr)
     state_format.check_format(found_format)
     text, starts = reconfigure.report(stored, reconfigure.configured(settings), rebuild=settings.rebuild)
-    print(text)
+    print(text, file=sys.stderr)
     return 0 if starts else 2
 
 
@@ -195,10 +235,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             for _, value in messages:
                 out.write(value.replace(b"\n", b" ") + b"\n")
         return 0
-    from stream_ndcg.devtools.producer import produce
+    from stream_ndcg.devtools.producer import BrokerUnreachable, produce
 
-    sent = produce(args.bootstrap_servers or os.environ.get("STREAM_NDCG_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
-                           args.topic, messages, paced=args.paced, rate=args.rate)
+    settings = _kafka_settings(args)
+    try:
+        options = settings.kafka_client_options()
+        del options["bootstrap_servers"]
+        sent = produce(settings.bootstrap_servers, args.topic, messages, paced=args.paced, rate=args.rate,
+                       **options)
+    except BrokerUnreachable as exc:
+        print(f"stream-ndcg simulate: {exc}", file=sys.stderr)
+        return 1
     print(f"sent {sent} messages to {args.topic}", file=sys.stderr)
     return 0
 
@@ -209,6 +256,15 @@ def _add_measure_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gain", choices=GAINS, default="exponential", help="gain formula (default exponential)")
     parser.add_argument("--ideal", choices=IDEALS, default="pool", help="ideal ordering (default pool)")
     parser.add_argument("--max-results", type=int, default=1000, help="longest accepted list (default 1000)")
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:
+    """One flag per setting, from its declaration; values are checked by `Settings.load`, which
+    names the flag in its message."""
+    specs = Settings.specs()
+    group = parser.add_argument_group("settings (flags win over environment variables, which win over --config)")
+    for name in names:
+        group.add_argument(flag_name(name), dest=name, metavar=specs[name].metavar, help=help_line(name))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -225,10 +281,14 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text in (("run", "consume from Kafka, keep state in Redis, serve Prometheus metrics"),
                             ("check-config", "validate and print the effective configuration, secrets masked")):
         command = sub.add_parser(name, help=help_text)
-        command.add_argument("--config", metavar="FILE.toml", help="TOML settings file (also STREAM_NDCG_CONFIG)")
-        for setting in Settings.names():
-            command.add_argument("--" + setting.replace("_", "-"), dest=setting, metavar="VALUE",
-                                 help=f"(env {ENV_PREFIX}{setting.upper()})")
+        command.add_argument("--config", metavar="FILE.toml",
+                             help="TOML settings file, keys at top level or under [stream_ndcg]; "
+                                  "env STREAM_NDCG_CONFIG")
+        if name == "check-config":
+            command.add_argument("--connect", action="store_true",
+                                 help="also reach Kafka and Redis with these settings: check the topics and "
+                                      "their partitions, and exit 1 if something is unreachable or missing")
+        _add_setting_flags(command, Settings.names())
         command.set_defaults(handler=cmd_run if name == "run" else cmd_check_config)
         if name == "check-config":
             command.add_argument("--state", action="store_true",
@@ -258,8 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--rate", type=float, default=1_000.0, help="events per second of event time")
     simulate.add_argument("--malformed-share", type=float, default=0.0)
     simulate.add_argument("--output", metavar="FILE.jsonl", help="write to a file instead of Kafka")
-    simulate.add_argument("--bootstrap-servers")
     simulate.add_argument("--topic", default="search-events")
+    _add_setting_flags(simulate, Settings.kafka_names())
     simulate.add_argument("--paced", action="store_true", help="send at --rate in real time")
     simulate.set_defaults(handler=cmd_simulate)
     return parser
@@ -272,6 +332,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"stream-ndcg: configuration error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`stream-ndcg replay f.jsonl | head -1`): end quietly, as `cat`
+        # does. Point stdout at /dev/null so that the flush at exit does not complain again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13  # killed by SIGPIPE, as a shell reports it
     return status
 
 

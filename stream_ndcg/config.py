@@ -4,16 +4,23 @@ Precedence: flags, then environment variables, then the TOML file (``--config``
 or ``STREAM_NDCG_CONFIG``), then defaults. Every setting has the same name in
 all three: ``--batch-size``, ``STREAM_NDCG_BATCH_SIZE``, ``batch_size = 500``.
 
+Each setting is declared once, as a field of `Settings` made by `setting()`: its
+default, its parser (which also checks it), its help line, its allowed values and
+whether it is a secret. The flags of `run` and `check-config`, the environment
+variable names, the TOML keys and the README's configuration table are all derived
+from those fields, so none of them can drift from the others.
+
     settings = Settings.load(flags={"k": "5,10"}, environ=os.environ)
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from stream_ndcg.errors import ConfigError
@@ -23,15 +30,40 @@ ENV_PREFIX = "STREAM_NDCG_"
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _RESERVED_LABELS = {"pipeline", "k", "window", "type", "reason", "le", "partition", "topic", "job", "instance"}
+# Kafka's own rule for topic names.
+_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+)(?::(\d+))?$")
+_NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_DURATION_EXAMPLES = "examples: 500ms, 30s, 5m, 1h, 7d"
+# Below this, a timestamp in epoch milliseconds is before March 1973: almost surely epoch seconds.
+EPOCH_SECONDS_BELOW_MS = 10**11
+
+T = TypeVar("T")
+
+
+class SettingError(ConfigError):
+    """One setting's value cannot work: `setting` names it, so that `Settings.load` can say
+    where the value came from."""
+
+    def __init__(self, setting: str, problem: str) -> None:
+        super().__init__(f"setting {setting}: {problem}")
+        self.setting = setting
+        self.problem = problem
+
+
+class _Bad(ValueError):
+    """A parser's complaint about a value, completed with the setting's name and source."""
 
 
 def parse_duration_ms(text: str | int) -> int:
     """'5m' -> 300000; a bare integer is milliseconds."""
     if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise ConfigError(f"{text!r} is not a duration: it is negative ({_DURATION_EXAMPLES})")
         return text
-    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|h|d)?\s*", str(text))
+    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|h|d)?\s*", str(text)) if isinstance(text, str) else None
     if not match:
-        raise ConfigError(f"{text!r} is not a duration (examples: 500ms, 30s, 5m, 1h, 7d)")
+        raise ConfigError(f"{text!r} is not a duration ({_DURATION_EXAMPLES})")
     return int(match.group(1)) * _UNITS_MS[match.group(2) or "ms"]
 
 
@@ -45,150 +77,331 @@ def format_duration(ms: int) -> str:
 def _csv(value: Any) -> tuple[str, ...]:
     if isinstance(value, list | tuple):
         return tuple(str(v).strip() for v in value if str(v).strip())
-    return tuple(part.strip() for part in str(value).split(",") if part.strip())
+    if not isinstance(value, str):
+        raise _Bad(f"{value!r} is not a comma-separated list")
+    return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
 def parse_cutoffs(value: Any) -> tuple[int, ...]:
     """The cut-offs k of a setting, a flag or a TOML array: '5,10' or [5, 10], checked as `Measure` checks them."""
     try:
-        cutoffs = tuple(int(v) for v in _csv(value))
-    except ValueError:
-        raise ConfigError(f"k must be a comma-separated list of integers, got {value!r}") from None
+        return _cutoffs(value)
+    except _Bad as exc:
+        raise ConfigError(f"k: {exc}") from None
+
+
+def _cutoffs(value: Any) -> tuple[int, ...]:
+    try:
+        cutoffs = tuple(_integer_value(v) for v in _csv(value))
+    except _Bad:
+        raise _Bad(f"{value!r} is not a comma-separated list of integers (example: 5,10)") from None
     try:
         Measure(cutoffs=cutoffs)
     except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+        raise _Bad(str(exc)) from None
     return cutoffs
 
 
-def _int(value: Any) -> int:
-    try:
+def _integer_value(value: Any) -> int:
+    # bool is an int to Python and 9464.5 truncates to one: TOML's `true` must not become port 1.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
         return int(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{value!r} is not an integer") from None
+    raise _Bad(f"{value!r} is not an integer")
+
+
+def _integer(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        number = _integer_value(value)
+        if number < minimum or (maximum is not None and number > maximum):
+            bounds = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+            raise _Bad(f"{number} is out of range: it must be {bounds}")
+        return number
+    return parse
+
+
+def _duration(minimum_ms: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        if isinstance(value, bool):
+            raise _Bad(f"{value!r} is not a duration ({_DURATION_EXAMPLES})")
+        try:
+            ms = parse_duration_ms(value)
+        except ConfigError as exc:
+            raise _Bad(str(exc)) from None
+        if ms < minimum_ms:
+            raise _Bad(f"{value!r} is too short: it must be at least {format_duration(minimum_ms)}")
+        return ms
+    return parse
 
 
 def _durations(value: Any) -> tuple[int, ...]:
-    return tuple(parse_duration_ms(v) for v in _csv(value))
+    parse = _duration(1)
+    windows = tuple(parse(v) for v in _csv(value))
+    if not windows:
+        raise _Bad(f"{value!r} holds no duration: give at least one ({_DURATION_EXAMPLES})")
+    if len(set(windows)) != len(windows):
+        raise _Bad(f"{value!r} names a duration twice: windows must be distinct")
+    return windows
 
 
-def _bool(value: Any) -> bool:
+def _boolean(value: Any) -> bool:
     if isinstance(value, bool):
         return value
-    if str(value).lower() in ("1", "true", "yes", "on"):
+    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
         return True
-    if str(value).lower() in ("0", "false", "no", "off"):
+    if isinstance(value, str) and value.strip().lower() in ("0", "false", "no", "off"):
         return False
-    raise ConfigError(f"{value!r} is not a boolean")
+    raise _Bad(f"{value!r} is not a boolean (true or false)")
 
 
-_COERCE: dict[str, Callable[[Any], Any]] = {
-    "topics": _csv, "k": parse_cutoffs, "windows": _durations, "segment_labels": _csv,
-    "bucket": parse_duration_ms, "grace": parse_duration_ms, "judgment_ttl": parse_duration_ms,
-    "linger": parse_duration_ms, "batch_size": _int, "segment_cap": _int, "metrics_port": _int,
-    "max_results": _int, "max_message_bytes": _int, "state_cache_groups": _int, "require_key": _bool,
-    "redis_cluster": _bool, "rebuild": _bool, "fail_on_data_loss": _bool,
-    "max_future": parse_duration_ms,
-}
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _Bad(f"{value!r} is not a string (quote it in a TOML file)")
+    return value
+
+
+def _word(value: Any) -> str:
+    text = _text(value).strip()
+    if not text or any(c.isspace() for c in text):
+        raise _Bad(f"{value!r} must be one word, without spaces")
+    return text
+
+
+def _choice(*options: str, fold: bool = False) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        text = _text(value).strip()
+        if fold:
+            text = text.upper()
+        if text not in options:
+            allowed = ", ".join(repr(o) if not o else o for o in options)
+            raise _Bad(f"{value!r} is not one of {allowed}")
+        return text
+    return parse
+
+
+def _topic(value: Any) -> str:
+    text = _text(value).strip()
+    if text and not _TOPIC.match(text):
+        raise _Bad(f"{value!r} is not a Kafka topic name (letters, digits, '.', '_', '-', up to 249)")
+    return text
+
+
+def _topics(value: Any) -> tuple[str, ...]:
+    topics = _csv(value)
+    if not topics:
+        raise _Bad("no topic: at least one is needed")
+    for topic in topics:
+        if not _TOPIC.match(topic):
+            raise _Bad(f"{topic!r} is not a Kafka topic name (letters, digits, '.', '_', '-', up to 249)")
+    if len(set(topics)) != len(topics):
+        raise _Bad(f"{value!r} names a topic twice")
+    return topics
+
+
+def _servers(value: Any) -> str:
+    servers = _csv(value)
+    if not servers:
+        raise _Bad("no broker: give host:port, comma-separated")
+    for server in servers:
+        match = _HOST_PORT.match(server)
+        if not match or (match.group(2) is not None and not 0 < int(match.group(2)) < 65536):
+            raise _Bad(f"{server!r} is not host:port (example: kafka-0:9092,kafka-1:9092)")
+    return ",".join(servers)
+
+
+def _redis_url(value: Any) -> str:
+    url = _text(value).strip()
+    shown = mask_url(url)
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise _Bad(f"{shown!r} must start with redis://, rediss:// or unix://")
+    if parts.scheme == "unix":
+        if not parts.path:
+            raise _Bad(f"{shown!r} names no socket path (example: unix:///run/redis.sock)")
+        return url
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if not parts.hostname or port == -1:
+        raise _Bad(f"{shown!r} is not redis://[user:password@]host[:port][/db] (example: redis://redis:6379/0)")
+    if not re.fullmatch(r"/?|/\d+", parts.path):
+        raise _Bad(f"{shown!r}: the database {parts.path.lstrip('/')!r} is not a number")
+    return url
+
+
+def _labels(value: Any) -> tuple[str, ...]:
+    labels = _csv(value)
+    for label in labels:
+        if not _LABEL.match(label) or label in _RESERVED_LABELS:
+            raise _Bad(f"{label!r} is not a usable Prometheus label name (letters, digits, '_'; not one of "
+                       f"{', '.join(sorted(_RESERVED_LABELS))})")
+    if len(set(labels)) != len(labels):
+        raise _Bad(f"{value!r} names a label twice")
+    return labels
+
+
+def _namespace(value: Any) -> str:
+    text = _text(value).strip()
+    if text and not _NAMESPACE.match(text):
+        raise _Bad(f"{value!r} may hold letters, digits, '_', '.' and '-' only")
+    return text
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How one setting is read, checked and explained (see `setting`)."""
+
+    parse: Callable[[Any], Any]
+    help: str
+    metavar: str
+    choices: tuple[str, ...] = ()
+    secret: bool = False
+    # A connection setting of every Kafka client: `simulate` takes these too.
+    kafka: bool = False
+    # The default as people read it, when the value itself says nothing (an empty string).
+    shown_default: str = ""
+
+
+def setting(default: T, help: str, parse: Callable[[Any], Any], *, metavar: str = "TEXT",
+            choices: tuple[str, ...] = (), secret: bool = False, kafka: bool = False,
+            shown_default: str = "") -> T:
+    """A field of `Settings`: its default and everything its flag, variable, key and docs need."""
+    spec = Spec(parse, help, metavar, choices, secret, kafka, shown_default)
+    found: T = field(default=default, metadata={"spec": spec})
+    return found
+
+
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_DURATION = "DURATION"
 
 
 @dataclass(frozen=True)
 class Settings:
-    """The service's whole configuration. Durations are in milliseconds."""
+    """The service's whole configuration. Durations are in milliseconds.
 
-    bootstrap_servers: str = "127.0.0.1:9092"
-    security_protocol: str = "PLAINTEXT"
-    sasl_mechanism: str = ""
-    sasl_username: str = ""
-    sasl_password: str = ""
-    ssl_cafile: str = ""
-    ssl_certfile: str = ""
-    ssl_keyfile: str = ""
-    topics: tuple[str, ...] = ("search-events",)
-    dead_letter_topic: str = ""
-    group_id: str = "stream-ndcg"
-    auto_offset_reset: str = "earliest"
-    # Stop reading a partition (not ready) instead of skipping records Kafka deleted before they were read.
-    fail_on_data_loss: bool = False
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    redis_ca_file: str = ""
-    redis_cluster: bool = False
-    rebuild: bool = False
-    # Empty: the group id, so that every consumer group has state of its own.
-    namespace: str = ""
-    state_cache_groups: int = 20_000
-    k: tuple[int, ...] = DEFAULT_CUTOFFS
-    gain: str = "exponential"
-    ideal: str = "pool"
-    windows: tuple[int, ...] = (300_000, 3_600_000, 86_400_000)
-    bucket: int = 60_000
-    grace: int = 600_000
-    judgment_ttl: int = 30 * 86_400_000
-    clock: str = "wall"
-    segment_labels: tuple[str, ...] = ("variant",)
-    segment_cap: int = 20
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int = 9464
-    batch_size: int = 500
-    linger: int = 100
-    max_results: int = 1000
-    max_message_bytes: int = 1_048_576
-    require_key: bool = True
-    max_future: int = 86_400_000
-    log_format: str = "text"
-    log_level: str = "INFO"
-    secrets: frozenset[str] = field(default=frozenset({"redis_url", "sasl_password"}), repr=False, compare=False)
+    Constructing one parses and checks every field (so `Settings(batch_size="500")` holds
+    500); `load` merges the sources and says which one a wrong value came from.
+    """
+
+    bootstrap_servers: str = setting(
+        "127.0.0.1:9092", "Kafka brokers, host:port, comma-separated", _servers, metavar="HOST:PORT,...",
+        kafka=True)
+    security_protocol: str = setting(
+        "PLAINTEXT", "how every Kafka client connects", _choice(*_PROTOCOLS), metavar="PROTOCOL",
+        choices=_PROTOCOLS, kafka=True)
+    sasl_mechanism: str = setting(
+        "", "SASL mechanism, needed with SASL_PLAINTEXT and SASL_SSL", _choice("", *_MECHANISMS),
+        metavar="MECHANISM", choices=_MECHANISMS, kafka=True)
+    sasl_username: str = setting("", "SASL user name", _text, kafka=True)
+    sasl_password: str = setting("", "SASL password; masked in all output", _text, secret=True, kafka=True)
+    ssl_cafile: str = setting("", "PEM file of the CA that signed the brokers' certificates (SSL, SASL_SSL)",
+                              _text, metavar="FILE", kafka=True)
+    ssl_certfile: str = setting("", "PEM client certificate, for brokers that require one", _text,
+                                metavar="FILE", kafka=True)
+    ssl_keyfile: str = setting("", "PEM private key of ssl_certfile", _text, metavar="FILE", kafka=True)
+    topics: tuple[str, ...] = setting(
+        ("search-events",), "input topics, comma-separated (both event types in one topic by default)", _topics,
+        metavar="TOPIC,...")
+    dead_letter_topic: str = setting(
+        "", "topic for rejected messages, with their origin and reason in headers", _topic, metavar="TOPIC",
+        shown_default="(off)")
+    group_id: str = setting("stream-ndcg", "Kafka consumer group", _word, metavar="GROUP")
+    auto_offset_reset: str = setting(
+        "earliest", "where a partition with no stored offset starts", _choice("earliest", "latest"),
+        metavar="WHERE", choices=("earliest", "latest"))
+    fail_on_data_loss: bool = setting(
+        False, "when Kafka deleted records the service had not read yet (see Operations): false skips them, "
+        "counts and logs them; true leaves the partition unread and the service not ready until an operator "
+        "restarts it with false or rebuilds", _boolean, metavar="BOOL")
+    redis_url: str = setting(
+        "redis://127.0.0.1:6379/0", "redis://, rediss:// (TLS) or unix://, with user:password@ for an ACL user; "
+        "the password is masked in all output", _redis_url, metavar="URL", secret=True)
+    redis_ca_file: str = setting("", "CA file to verify a rediss:// server", _text, metavar="FILE")
+    redis_cluster: bool = setting(
+        False, "true for a Redis Cluster: redis_url names any one node (database 0), the client finds the "
+        "others and follows slot moves", _boolean, metavar="BOOL")
+    rebuild: bool = setting(
+        False, "one-off: if the stored state cannot serve this metric configuration (see Operations), start it "
+        "afresh and consume from the beginning of the topics", _boolean, metavar="BOOL")
+    namespace: str = setting(
+        "", "prefix of every Redis key, so that pipelines can share one Redis or Redis Cluster", _namespace,
+        metavar="NAME", shown_default="(the group id)")
+    state_cache_groups: int = setting(
+        20_000, "query states kept in memory (LRU across all partitions), so that hot queries are not read back "
+        "from Redis every batch, bounded by their groups (one query's impressions in one time bucket and "
+        "segment, ~3-10 KiB each); bounds the service's memory (0: none)", _integer(0), metavar="N")
+    k: tuple[int, ...] = setting(DEFAULT_CUTOFFS, "cut-offs, comma-separated", _cutoffs, metavar="K,...")
+    gain: str = setting("exponential", "gain formula: exponential 2^grade - 1, or linear grade",
+                        _choice(*GAINS), metavar="GAIN", choices=GAINS)
+    ideal: str = setting("pool", "ideal ordering: pool (every judged document of the query) or list (the "
+                         "impression's own results)", _choice(*IDEALS), metavar="IDEAL", choices=IDEALS)
+    windows: tuple[int, ...] = setting(
+        (300_000, 3_600_000, 86_400_000), "rolling windows, comma-separated (whole numbers of buckets)",
+        _durations, metavar="DURATION,...")
+    bucket: int = setting(60_000, "time bucket of the state and the window edges (at least 1s)",
+                          _duration(1000), metavar=_DURATION)
+    grace: int = setting(600_000, "kept beyond the longest window", _duration(0), metavar=_DURATION)
+    judgment_ttl: int = setting(
+        30 * 86_400_000, "how long a query's judgments outlive its last event; older judgments are too_old",
+        _duration(1), metavar=_DURATION)
+    clock: str = setting("wall", "what decides a window's edges: the wall clock or the newest event time",
+                         _choice("wall", "event"), metavar="CLOCK", choices=("wall", "event"))
+    segment_labels: tuple[str, ...] = setting(
+        ("variant",), "segment keys that become Prometheus labels, comma-separated", _labels, metavar="LABEL,...")
+    segment_cap: int = setting(20, "distinct values per label; later values become other, a missing key none",
+                               _integer(1), metavar="N")
+    metrics_host: str = setting(
+        "127.0.0.1", "bind address of /metrics; loopback by default so that nothing is exposed by accident: set "
+        "0.0.0.0 in a container", _word, metavar="HOST")
+    metrics_port: int = setting(9464, "TCP port of /metrics, /healthz and /readyz", _integer(1, 65535),
+                                metavar="PORT")
+    batch_size: int = setting(500, "records per batch", _integer(1), metavar="N")
+    linger: int = setting(100, "longest wait for a batch", _duration(0), metavar=_DURATION)
+    max_results: int = setting(1000, "longest accepted list; longer impressions are rejected", _integer(1),
+                               metavar="N")
+    max_message_bytes: int = setting(1_048_576, "largest accepted message, in bytes", _integer(1), metavar="N")
+    require_key: bool = setting(True, "reject messages without a Kafka key (keys keep a query on one partition)",
+                                _boolean, metavar="BOOL")
+    max_future: int = setting(86_400_000, "reject event times further ahead of the wall clock", _duration(0),
+                              metavar=_DURATION)
+    log_format: str = setting("text", "log lines as text or one JSON object each", _choice("text", "json"),
+                              metavar="FORMAT", choices=("text", "json"))
+    log_level: str = setting("INFO", "lowest level logged (any case)", _choice(*_LOG_LEVELS, fold=True),
+                             metavar="LEVEL", choices=_LOG_LEVELS)
 
     def __post_init__(self) -> None:
-        try:
-            Measure(cutoffs=self.k, gain=self.gain, ideal=self.ideal)  # type: ignore[arg-type]
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        if self.gain not in GAINS or self.ideal not in IDEALS:
-            raise ConfigError("gain and ideal must be known formulas")
-        if not self.topics:
-            raise ConfigError("at least one topic is needed")
-        if self.clock not in ("wall", "event"):
-            raise ConfigError(f"clock must be 'wall' or 'event', got {self.clock!r}")
-        if self.auto_offset_reset not in ("earliest", "latest"):
-            raise ConfigError("auto_offset_reset must be 'earliest' or 'latest'")
-        if self.bucket < 1000:
-            raise ConfigError("bucket must be at least 1s")
-        if not self.windows or any(w < self.bucket or w % self.bucket for w in self.windows):
-            raise ConfigError(f"each window must be a whole number of buckets ({format_duration(self.bucket)})")
-        if len(set(self.windows)) != len(self.windows):
-            raise ConfigError("windows must be distinct")
-        for label in self.segment_labels:
-            if not _LABEL.match(label) or label in _RESERVED_LABELS:
-                raise ConfigError(f"segment label {label!r} is not a usable Prometheus label name")
-        if self.state_cache_groups < 0:
-            raise ConfigError("state_cache_groups must not be negative")
-        if self.segment_cap < 1:
-            raise ConfigError("segment_cap must be at least 1")
-        if not 0 < self.metrics_port < 65536:
-            raise ConfigError("metrics_port must be a TCP port")
-        if self.batch_size < 1 or self.linger < 0 or self.max_results < 1 or self.max_message_bytes < 1:
-            raise ConfigError("batch_size, max_results and max_message_bytes must be positive, linger not negative")
-        if self.log_format not in ("text", "json"):
-            raise ConfigError("log_format must be 'text' or 'json'")
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.key_namespace):
-            raise ConfigError("namespace (by default the group id) may hold letters, digits, '_', '.' and '-' only")
-        if urlsplit(self.redis_url).scheme not in ("redis", "rediss", "unix"):
-            raise ConfigError("redis_url must be redis://, rediss:// or unix://")
-        if self.redis_cluster and (urlsplit(self.redis_url).scheme == "unix"
-                                   or urlsplit(self.redis_url).path.strip("/") not in ("", "0")):
-            raise ConfigError("a Redis Cluster is reached over TCP and has database 0 only")
-        if self.security_protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
-            raise ConfigError("security_protocol must be PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
+        for name, spec in self.specs().items():
+            try:
+                value = spec.parse(getattr(self, name))
+            except _Bad as exc:
+                raise SettingError(name, str(exc)) from None
+            # Frozen: the normalised value replaces the given one before anyone can see it.
+            object.__setattr__(self, name, value)
+        if any(w % self.bucket for w in self.windows):
+            raise SettingError("windows", f"each window must be a whole number of buckets: "
+                               f"{','.join(map(format_duration, self.windows))} with bucket "
+                               f"{format_duration(self.bucket)}")
+        if not _NAMESPACE.match(self.key_namespace):
+            raise SettingError("group_id", f"{self.group_id!r}: the namespace (by default the group id) may hold "
+                               "letters, digits, '_', '.' and '-' only; set namespace to use this group id")
+        parts = urlsplit(self.redis_url)
+        if self.redis_cluster and (parts.scheme == "unix" or parts.path.strip("/") not in ("", "0")):
+            raise SettingError("redis_url", f"{mask_url(self.redis_url)!r}: a Redis Cluster (redis_cluster=true) "
+                               "is reached over TCP and has database 0 only")
         if self.security_protocol.startswith("SASL"):
-            if self.sasl_mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
-                raise ConfigError("sasl_mechanism must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 with SASL")
+            if not self.sasl_mechanism:
+                raise SettingError("sasl_mechanism", f"needed with {self.security_protocol}: one of "
+                                   f"{', '.join(_MECHANISMS)}")
             if not self.sasl_username or not self.sasl_password:
-                raise ConfigError("SASL needs sasl_username and sasl_password")
-        if self.max_future < 0:
-            raise ConfigError("max_future must not be negative")
+                raise SettingError("sasl_password" if self.sasl_username else "sasl_username",
+                                   f"{self.security_protocol} needs sasl_username and sasl_password")
         if self.dead_letter_topic and self.dead_letter_topic in self.topics:
-            raise ConfigError("the dead-letter topic cannot be an input topic")
+            raise SettingError("dead_letter_topic", f"{self.dead_letter_topic!r} is an input topic: "
+                               "dead letters need a topic of their own")
 
     @property
     def measure(self) -> Measure:
@@ -210,8 +423,18 @@ class Settings:
         return max(self.windows) + self.grace
 
     @classmethod
+    def specs(cls) -> dict[str, Spec]:
+        """Every setting's declaration, in the order of the fields."""
+        return {f.name: f.metadata["spec"] for f in fields(cls)}
+
+    @classmethod
     def names(cls) -> list[str]:
-        return [f.name for f in fields(cls) if f.name != "secrets"]
+        return list(cls.specs())
+
+    @classmethod
+    def kafka_names(cls) -> list[str]:
+        """The settings every Kafka client needs to connect: `simulate` takes them too."""
+        return [name for name, spec in cls.specs().items() if spec.kafka]
 
     @classmethod
     def load(
@@ -220,29 +443,31 @@ class Settings:
         environ: Mapping[str, str] | None = None,
         config_file: str | None = None,
     ) -> Settings:
-        """Merge the sources (flags win) and validate; ConfigError says what is wrong."""
+        """Merge the sources (flags win) and validate; ConfigError names the setting, its value and
+        where the value came from."""
         environ = environ or {}
         values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
         path = config_file or environ.get(ENV_PREFIX + "CONFIG")
         if path:
-            try:
-                with open(path, "rb") as stream:
-                    document = tomllib.load(stream)
-            except (OSError, tomllib.TOMLDecodeError) as exc:
-                raise ConfigError(f"cannot read config file {path}: {exc}") from None
-            values.update(document.get("stream_ndcg", document))
+            for name, value in _read_toml(path, cls.names()).items():
+                values[name], sources[name] = value, path
         for name in cls.names():
-            if ENV_PREFIX + name.upper() in environ:
-                values[name] = environ[ENV_PREFIX + name.upper()]
-        values.update({k: v for k, v in (flags or {}).items() if v is not None})
+            if env_name(name) in environ:
+                values[name], sources[name] = environ[env_name(name)], env_name(name)
+        for name, value in (flags or {}).items():
+            if value is not None:
+                values[name], sources[name] = value, flag_name(name)
         unknown = set(values) - set(cls.names())
         if unknown:
-            raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
-        coerced = {name: _COERCE.get(name, str)(value) for name, value in values.items()}
+            raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}{_suggest(unknown, cls.names())}")
         try:
-            return replace(cls(), **coerced)
-        except TypeError as exc:
-            raise ConfigError(str(exc)) from None
+            return cls(**values)
+        except SettingError as exc:
+            source = sources.get(exc.setting)
+            if source is None:
+                raise ConfigError(f"setting {exc.setting} (default): {exc.problem}") from None
+            raise ConfigError(f"setting {exc.setting} (from {source}): {exc.problem}") from None
 
     def secret_values(self) -> list[str]:
         """The secrets themselves, for log redaction (their repr too: byte strings get logged)."""
@@ -264,14 +489,85 @@ class Settings:
     def masked(self) -> dict[str, Any]:
         """The effective settings for people to read, with credentials replaced by '***'."""
         shown: dict[str, Any] = {}
-        for name in self.names():
+        for name, spec in self.specs().items():
             value = getattr(self, name)
-            if name in self.secrets:
+            if spec.secret:
                 value = mask_url(value) if name.endswith("_url") else ("***" if value else "")
-            elif name in ("windows", "bucket", "grace", "judgment_ttl", "linger", "max_future"):
+            elif spec.metavar.startswith(_DURATION):
                 value = [format_duration(v) for v in value] if isinstance(value, tuple) else format_duration(value)
             shown[name] = list(value) if isinstance(value, tuple) else value
         return shown
+
+
+def env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def flag_name(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _suggest(unknown: set[str], known: list[str]) -> str:
+    close = {name: difflib.get_close_matches(name, known, n=1) for name in sorted(unknown)}
+    hints = [f"{name} -> {match[0]}" for name, match in close.items() if match]
+    return f" (did you mean: {', '.join(hints)}?)" if hints else ""
+
+
+def _read_toml(path: str, known: list[str]) -> dict[str, Any]:
+    """The settings of a TOML file: keys at top level or all under [stream_ndcg], never both."""
+    try:
+        with open(path, "rb") as stream:
+            document = tomllib.load(stream)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    if "stream_ndcg" in document:
+        others = sorted(set(document) - {"stream_ndcg"})
+        if others:
+            raise ConfigError(f"config file {path}: keys at top level ({', '.join(others)}) beside a "
+                              "[stream_ndcg] table would be ignored: put every setting in one of the two")
+        document = document["stream_ndcg"]
+        if not isinstance(document, dict):
+            raise ConfigError(f"config file {path}: stream_ndcg must be a table of settings")
+    unknown = set(document) - set(known)
+    if unknown:
+        raise ConfigError(f"config file {path}: unknown key(s) {', '.join(sorted(unknown))}"
+                          f"{_suggest(unknown, known)}; `stream-ndcg check-config --help` lists the settings")
+    return dict(document)
+
+
+def shown_default(name: str) -> str:
+    """A setting's default as a person writes it: 5m not 300000, 5,10 not (5, 10)."""
+    spec = Settings.specs()[name]
+    value = next(f.default for f in fields(Settings) if f.name == name)
+    if spec.shown_default:
+        return spec.shown_default
+    items = value if isinstance(value, tuple) else (value,)
+    if spec.metavar.startswith(_DURATION):
+        items = tuple(format_duration(v) for v in items)
+    return ",".join(str(v).lower() if isinstance(v, bool) else str(v) for v in items)
+
+
+def help_line(name: str) -> str:
+    """The one line of `--help` for a setting: meaning, default, allowed values, variable."""
+    spec = Settings.specs()[name]
+    parts = [spec.help]
+    default = shown_default(name)
+    parts.append(f"default {default}" if default else "default empty")
+    if spec.choices:
+        parts.append(f"one of {', '.join(spec.choices)}")
+    parts.append(f"env {env_name(name)}")
+    return "; ".join(parts)
+
+
+def markdown_table() -> str:
+    """The README's configuration table, generated from the declarations."""
+    rows = ["| setting | default | meaning |", "|---|---|---|"]
+    for name, spec in Settings.specs().items():
+        default = shown_default(name)
+        shown = f"`{default}`" if default and not spec.shown_default else default
+        meaning = spec.help + (f" (one of {', '.join(f'`{c}`' for c in spec.choices)})" if spec.choices else "")
+        rows.append(f"| `{name}` | {shown} | {meaning} |")
+    return "\n".join(rows) + "\n"
 
 
 def mask_url(url: str) -> str:
@@ -282,3 +578,7 @@ def mask_url(url: str) -> str:
     userinfo, _, host = parts.netloc.rpartition("@")
     user = userinfo.split(":", 1)[0]
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}" if user else f"***@{host}"))
+
+
+if __name__ == "__main__":
+    print(markdown_table(), end="")

@@ -136,6 +136,9 @@ def _parse(raw: bytes | str | None, limits: Limits) -> Event:
     size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
     if size > limits.max_message_bytes:
         raise _Invalid("message_too_large", f"{size} bytes > {limits.max_message_bytes}")
+    if raw.startswith(b"\xef\xbb\xbf") if isinstance(raw, bytes) else raw.startswith("\ufeff"):
+        # JSON forbids a byte order mark; Windows editors and PowerShell write one at a file's start.
+        raise _Invalid("utf8_bom", "starts with a UTF-8 byte order mark (BOM): save the file as UTF-8 without BOM")
     if isinstance(raw, bytes):
         try:
             text = raw.decode("utf-8")

@@ -41,6 +41,8 @@ class Replay:
         self._revisions: set[Judgment] = set()
         self.duplicates: Counter[str] = Counter()
         self.rejected: Counter[str] = Counter()
+        # The smallest event time applied, to notice files written in epoch seconds.
+        self.earliest_ts: int | None = None
 
     def add(self, raw: bytes | str) -> InvalidEvent | None:
         """Apply one message; return its rejection, if any."""
@@ -48,6 +50,8 @@ class Replay:
         if isinstance(event, InvalidEvent):
             self.rejected[event.reason] += 1
             return event
+        if self.earliest_ts is None or event.ts < self.earliest_ts:
+            self.earliest_ts = event.ts
         if isinstance(event, Impression):
             if event.impression_id in self._impressions:
                 self.duplicates[IMPRESSION] += 1
@@ -81,6 +85,8 @@ class Replay:
             yield {
                 "impression_id": item.impression.impression_id,
                 "query_id": item.impression.query_id,
+                "ts": item.impression.ts,
+                "segment": dict(item.impression.segment),
                 "dcg": {str(k): v for k, v in item.score.dcg.items()},
                 "ndcg": {str(k): v for k, v in item.score.ndcg.items()},
                 "judged_ratio": {str(k): v for k, v in item.score.judged_ratio.items()},

@@ -44,9 +44,9 @@ def test_a_compatible_change_continues_the_state_in_place_and_equals_the_replay(
     checked = stream_ndcg("check-config", changed, "--state")
     assert checked.returncode == 0, checked.stderr
     assert "stored state: k=5,10 gain=exponential ideal=pool bucket=1m windows=1d segment_labels=engine,variant" \
-        in checked.stdout
+        in checked.stderr
     for change in ("k: 5 no longer reported", "windows: 12h added", "segment_labels: engine no longer reported"):
-        assert f"  - {change}" in checked.stdout, checked.stdout
+        assert f"  - {change}" in checked.stderr, checked.stderr
 
     second = Service(changed, tmp_path)
     services.append(second)
@@ -65,7 +65,7 @@ def test_a_compatible_change_continues_the_state_in_place_and_equals_the_replay(
     deeper = dict(changed, STREAM_NDCG_K="10,20")
     checked = stream_ndcg("check-config", deeper, "--state")
     assert checked.returncode == 2, checked.stdout + checked.stderr
-    assert "  - k: 20 is deeper than the 10 ranks the state keeps of each list" in checked.stdout
+    assert "  - k: 20 is deeper than the 10 ranks the state keeps of each list" in checked.stderr
     refused = stream_ndcg("run", deeper)
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert "k: 20 is deeper than the 10 ranks the state keeps of each list" in refused.stderr

@@ -21,6 +21,7 @@ def without(obj: dict[str, object], name: str) -> dict[str, object]:
 BAD: list[tuple[str, bytes | str | None, str]] = [
     ("tombstone", None, "null_message"),
     ("not utf-8", b"\xff\xfe{}", "not_utf8"),
+    ("UTF-8 byte order mark", b"\xef\xbb\xbf" + encode(IMPRESSION), "utf8_bom"),
     ("not json", b"{nope", "not_json"),
     ("NaN literal", b'{"type":"judgment","query_id":"q","doc_id":"d","grade":NaN,"ts":1}', "not_json"),
     ("Infinity literal", b'{"type":"judgment","query_id":"q","doc_id":"d","grade":Infinity,"ts":1}', "not_json"),

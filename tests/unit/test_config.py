@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stream_ndcg.cli import main
-from stream_ndcg.config import Settings, mask_url, parse_duration_ms
+from stream_ndcg.config import Settings, help_line, markdown_table, mask_url, parse_duration_ms
 from stream_ndcg.errors import ConfigError
 
 
@@ -93,3 +93,113 @@ def test_check_config_prints_the_effective_settings_without_secrets(
 def test_a_bad_setting_exits_2_with_a_message(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check-config", "--clock", "sundial"]) == 2
     assert "clock" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "environ", "expected"), [
+    (["--windows=-5m"], {}, "setting windows (from --windows): '-5m' is not a duration (examples: 500ms"),
+    ([], {"STREAM_NDCG_BATCH_SIZE": "abc"},
+     "setting batch_size (from STREAM_NDCG_BATCH_SIZE): 'abc' is not an integer"),
+    (["--log-level", "VERBOSE"], {}, "setting log_level (from --log-level): 'VERBOSE' is not one of DEBUG, INFO,"),
+    (["--redis-url", "redis://host:notaport/0"], {},
+     "setting redis_url (from --redis-url): 'redis://host:notaport/0' is not redis://[user:password@]host[:port]"),
+    (["--bootstrap-servers", "not a url"], {},
+     "setting bootstrap_servers (from --bootstrap-servers): 'not a url' is not host:port (example: kafka-0:9092"),
+    (["--metrics-port", "70000"], {}, "setting metrics_port (from --metrics-port): 70000 is out of range: it must be "
+     "between 1 and 65535"),
+    (["--windows", "90s", "--bucket", "1m"], {}, "setting windows (from --windows): each window must be a whole "
+     "number of buckets: 90s with bucket 1m"),
+    (["--topics", "a,b", "--dead-letter-topic", "b"], {}, "setting dead_letter_topic (from --dead-letter-topic): "
+     "'b' is an input topic"),
+    (["--security-protocol", "SASL_SSL"], {}, "setting sasl_mechanism (default): needed with SASL_SSL: one of PLAIN"),
+])
+def test_a_wrong_value_is_named_with_its_setting_and_source(
+        argv: list[str], environ: dict[str, str], expected: str,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert main(["check-config", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"stream-ndcg: configuration error: {expected}" in captured.err
+
+
+def test_a_wrong_redis_url_is_shown_without_its_password() -> None:
+    with pytest.raises(ConfigError) as error:
+        Settings.load(environ={"STREAM_NDCG_REDIS_URL": "redis://svc:hunter2@redis:6379/zero"})
+    assert "hunter2" not in str(error.value)
+    assert "setting redis_url (from STREAM_NDCG_REDIS_URL): 'redis://svc:***@redis:6379/zero'" in str(error.value)
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("metrics_port = true", "setting metrics_port (from {path}): True is not an integer"),
+    ("metrics_port = 9464.5", "setting metrics_port (from {path}): 9464.5 is not an integer"),
+    ("group_id = 7", "setting group_id (from {path}): 7 is not a string (quote it in a TOML file)"),
+    ("batchsize = 7", "config file {path}: unknown key(s) batchsize (did you mean: batchsize -> batch_size?)"),
+    ('log_level = "INFO"\n[stream_ndcg]\nbatch_size = 7',
+     "config file {path}: keys at top level (log_level) beside a [stream_ndcg] table would be ignored"),
+    ("stream_ndcg = 3", "config file {path}: stream_ndcg must be a table of settings"),
+])
+def test_a_toml_file_is_checked_key_by_key(tmp_path: Path, line: str, expected: str) -> None:
+    path = tmp_path / "settings.toml"
+    path.write_text(line + "\n")
+    with pytest.raises(ConfigError) as error:
+        Settings.load(config_file=str(path))
+    assert expected.format(path=path) in str(error.value)
+
+
+def test_a_toml_file_holds_native_types_under_a_table_or_at_top_level(tmp_path: Path) -> None:
+    for text in ("metrics_port = 9000\nrequire_key = false\nlinger = 250\n",
+                 "[stream_ndcg]\nmetrics_port = 9000\nrequire_key = false\nlinger = '250ms'\n"):
+        path = tmp_path / "settings.toml"
+        path.write_text(text)
+        settings = Settings.load(config_file=str(path))
+        assert (settings.metrics_port, settings.require_key, settings.linger) == (9000, False, 250)
+
+
+def test_constructing_settings_parses_and_checks_every_field() -> None:
+    settings = Settings(log_level="debug", batch_size="20", windows="1m,5m")  # type: ignore[arg-type]
+    assert (settings.log_level, settings.batch_size, settings.windows) == ("DEBUG", 20, (60_000, 300_000))
+    with pytest.raises(ConfigError, match="setting batch_size: 0 is out of range: it must be at least 1"):
+        Settings(batch_size=0)
+
+
+def test_the_readme_table_lists_every_declared_setting_with_its_default() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert markdown_table() in readme, "regenerate the README's table: python -m stream_ndcg.config"
+    rows = [line for line in readme.splitlines() if line.startswith("| `") and line.count("|") == 4]
+    table = markdown_table().splitlines()[2:]
+    documented = [row.split("`")[1] for row in rows if row in table]
+    assert documented == Settings.names()
+    assert "| `windows` | `5m,1h,1d` |" in readme
+    assert "| `namespace` | (the group id) |" in readme
+
+
+def test_help_gives_every_setting_its_meaning_default_and_variable(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per option: argparse wraps at hyphens otherwise
+    for command in ("run", "check-config"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        for name in Settings.names():
+            assert f"--{name.replace('_', '-')} {Settings.specs()[name].metavar} {help_line(name)}" in text, name
+    assert help_line("log_level") == ("lowest level logged (any case); default INFO; one of DEBUG, INFO, WARNING, "
+                                      "ERROR, CRITICAL; env STREAM_NDCG_LOG_LEVEL")
+    assert help_line("linger") == "longest wait for a batch; default 100ms; env STREAM_NDCG_LINGER"
+
+
+def test_simulate_takes_the_kafka_settings_of_run_from_the_same_declaration(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name in Settings.kafka_names():
+        assert f"--{name.replace('_', '-')} {Settings.specs()[name].metavar} {help_line(name)}" in text, name
+    assert "--redis-url" not in text
+    # Settings simulate does not use cannot stop it; its own are checked before any connection.
+    monkeypatch.setenv("STREAM_NDCG_BATCH_SIZE", "abc")
+    monkeypatch.setenv("STREAM_NDCG_SASL_MECHANISM", "PLAIN")
+    assert main(["simulate", "--events", "1", "--security-protocol", "SASL_SSL"]) == 2
+    assert ("configuration error: setting sasl_username (default): SASL_SSL needs sasl_username and sasl_password"
+            in capsys.readouterr().err)

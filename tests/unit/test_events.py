@@ -216,3 +216,10 @@ def test_json_that_is_no_object_is_rejected_as_not_an_object(value: object) -> N
     event = parse_event(json.dumps(value).encode())
     assert isinstance(event, InvalidEvent)
     assert event.reason == "not_object"
+
+
+def test_a_byte_order_mark_has_its_own_reason_in_bytes_and_in_str() -> None:
+    for raw in (b"\xef\xbb\xbf" + encode(JUDGMENT), "\ufeff" + encode(JUDGMENT).decode()):
+        event = parse_event(raw)
+        assert isinstance(event, InvalidEvent) and event.reason == "utf8_bom"
+        assert "without BOM" in event.detail

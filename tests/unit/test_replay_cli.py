@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,8 @@ def test_replay_of_the_shipped_example(tmp_path: Path, capsys: pytest.CaptureFix
     assert round(rows["imp-1"]["ndcg"]["6"], 3) == 0.961
     # imp-2: d7's judgment was retracted, leaving d4 (grade 2) at rank 2 of 3.
     assert rows["imp-2"]["judged_ratio"]["6"] == pytest.approx(1 / 6)
+    assert rows["imp-1"]["segment"] == {"variant": "A"}
+    assert isinstance(rows["imp-1"]["ts"], int)
     assert summary["by_segment"]["variant"]["A"]["6"]["impressions"] == 1
     assert summary["k"]["6"]["scored_impressions"] == 2
 
@@ -57,3 +60,62 @@ def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) 
         main(["--version"])
     assert exit_info.value.code == 0
     assert capsys.readouterr().out.strip() == f"stream-ndcg {__version__}"
+
+
+IMPRESSION_LINE = b'{"type":"impression","impression_id":"i","query_id":"q","ts":1763683200000,"results":["a"]}\n'
+
+
+def _replay(tmp_path: Path, content: bytes, *extra: str) -> subprocess.CompletedProcess[bytes]:
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(content)
+    return subprocess.run([sys.executable, "-m", "stream_ndcg.cli", "replay", str(path), *extra],
+                          capture_output=True, check=False)
+
+
+def test_a_file_whose_every_line_is_rejected_fails_and_says_so(tmp_path: Path) -> None:
+    proc = _replay(tmp_path, b"id,query,ts\n1,q,0\n\n")
+    assert proc.returncode == 1
+    assert (f"every line of {tmp_path / 'events.jsonl'} (2) was rejected: is it a file of events, one JSON "
+            "object a line").encode() in proc.stderr
+    assert json.loads(proc.stdout)["events"]["rejected"] == {"not_json": 2}
+    assert _replay(tmp_path, b"not json\n" + IMPRESSION_LINE).returncode == 0
+
+
+def test_a_byte_order_mark_is_named(tmp_path: Path) -> None:
+    proc = _replay(tmp_path, b"\xef\xbb\xbf" + IMPRESSION_LINE + IMPRESSION_LINE.replace(b'"i"', b'"j"'))
+    assert proc.returncode == 0
+    assert b":1: rejected (utf8_bom): starts with a UTF-8 byte order mark (BOM)" in proc.stderr
+    assert json.loads(proc.stdout)["events"]["rejected"] == {"utf8_bom": 1}
+
+
+def test_times_in_epoch_seconds_get_one_warning(tmp_path: Path) -> None:
+    seconds = b"".join(IMPRESSION_LINE.replace(b'"i"', f'"i{n}"'.encode()).replace(b"1763683200000", b"1763683200")
+                       for n in range(3))
+    proc = _replay(tmp_path, seconds)
+    assert proc.returncode == 0
+    assert proc.stderr.count(b"warning") == 1
+    assert b"event times as small as ts=1763683200 fall before 1973 as epoch milliseconds: are they epoch " \
+           b"seconds?" in proc.stderr
+    assert b"warning" not in _replay(tmp_path, IMPRESSION_LINE).stderr
+
+
+def test_a_missing_output_directory_fails_before_the_work(tmp_path: Path) -> None:
+    target = tmp_path / "no-such-dir" / "per.jsonl"
+    proc = _replay(tmp_path, IMPRESSION_LINE, "--per-impression", str(target))
+    assert proc.returncode == 2
+    assert proc.stdout == b""
+    assert f"cannot write --per-impression {target}: directory {target.parent} does not exist".encode() in proc.stderr
+
+
+def test_a_closed_pipe_ends_the_replay_quietly(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(IMPRESSION_LINE)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone, as `head` goes after its line
+    try:
+        proc = subprocess.run([sys.executable, "-m", "stream_ndcg.cli", "replay", str(path)],
+                              stdout=write_end, stderr=subprocess.PIPE, check=False)
+    finally:
+        os.close(write_end)
+    assert proc.stderr == b""
+    assert proc.returncode == 141
