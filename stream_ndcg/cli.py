@@ -11,11 +11,12 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 from stream_ndcg import __version__
-from stream_ndcg.config import EPOCH_SECONDS_BELOW_MS, Settings, env_name, flag_name, help_line, parse_cutoffs
+from stream_ndcg.config import EPOCH_SECONDS_BELOW_MS, Settings, env_name, flag_name, help_line
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import InvalidEvent, Limits
 from stream_ndcg.metric import DEFAULT_CUTOFFS, GAINS, IDEALS, Measure
 from stream_ndcg.replay import Replay
+from stream_ndcg.setting_values import parse_cutoffs
 
 
 def _cutoffs_flag(text: str) -> tuple[int, ...]:

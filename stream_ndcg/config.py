@@ -1,5 +1,9 @@
 """Settings: frozen and validated once, read from flags, `STREAM_NDCG_*` variables or a TOML file.
 
+(Over 350 lines on purpose: every setting is declared here, one field each, so that its flag,
+variable, TOML key, help line and README row have a single home; the parsers of their values
+are in `setting_values`.)
+
 Precedence: flags, then environment variables, then the TOML file (``--config``
 or ``STREAM_NDCG_CONFIG``), then defaults. Every setting has the same name in
 all three: ``--batch-size``, ``STREAM_NDCG_BATCH_SIZE``, ``batch_size = 500``.
@@ -16,25 +20,18 @@ from those fields, so none of them can drift from the others.
 from __future__ import annotations
 
 import difflib
-import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
+from stream_ndcg import setting_values as values
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.metric import DEFAULT_CUTOFFS, GAINS, IDEALS, Measure
 
 ENV_PREFIX = "STREAM_NDCG_"
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-_RESERVED_LABELS = {"pipeline", "k", "window", "type", "reason", "le", "partition", "topic", "job", "instance"}
 # Kafka's own rule for topic names.
-_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-_HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+)(?::(\d+))?$")
-_NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]+$")
-_DURATION_EXAMPLES = "examples: 500ms, 30s, 5m, 1h, 7d"
 # Below this, a timestamp in epoch milliseconds is before March 1973: almost surely epoch seconds.
 EPOCH_SECONDS_BELOW_MS = 10**11
 
@@ -49,204 +46,6 @@ class SettingError(ConfigError):
         super().__init__(f"setting {setting}: {problem}")
         self.setting = setting
         self.problem = problem
-
-
-class _Bad(ValueError):
-    """A parser's complaint about a value, completed with the setting's name and source."""
-
-
-def parse_duration_ms(text: str | int) -> int:
-    """'5m' -> 300000; a bare integer is milliseconds."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        if text < 0:
-            raise ConfigError(f"{text!r} is not a duration: it is negative ({_DURATION_EXAMPLES})")
-        return text
-    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|h|d)?\s*", str(text)) if isinstance(text, str) else None
-    if not match:
-        raise ConfigError(f"{text!r} is not a duration ({_DURATION_EXAMPLES})")
-    return int(match.group(1)) * _UNITS_MS[match.group(2) or "ms"]
-
-
-def format_duration(ms: int) -> str:
-    for unit in ("d", "h", "m", "s"):
-        if ms % _UNITS_MS[unit] == 0:
-            return f"{ms // _UNITS_MS[unit]}{unit}"
-    return f"{ms}ms"
-
-
-def _csv(value: Any) -> tuple[str, ...]:
-    if isinstance(value, list | tuple):
-        return tuple(str(v).strip() for v in value if str(v).strip())
-    if not isinstance(value, str):
-        raise _Bad(f"{value!r} is not a comma-separated list")
-    return tuple(part.strip() for part in value.split(",") if part.strip())
-
-
-def parse_cutoffs(value: Any) -> tuple[int, ...]:
-    """The cut-offs k of a setting, a flag or a TOML array: '5,10' or [5, 10], checked as `Measure` checks them."""
-    try:
-        return _cutoffs(value)
-    except _Bad as exc:
-        raise ConfigError(f"k: {exc}") from None
-
-
-def _cutoffs(value: Any) -> tuple[int, ...]:
-    try:
-        cutoffs = tuple(_integer_value(v) for v in _csv(value))
-    except _Bad:
-        raise _Bad(f"{value!r} is not a comma-separated list of integers (example: 5,10)") from None
-    try:
-        Measure(cutoffs=cutoffs)
-    except ValueError as exc:
-        raise _Bad(str(exc)) from None
-    return cutoffs
-
-
-def _integer_value(value: Any) -> int:
-    # bool is an int to Python and 9464.5 truncates to one: TOML's `true` must not become port 1.
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
-        return int(value)
-    raise _Bad(f"{value!r} is not an integer")
-
-
-def _integer(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
-    def parse(value: Any) -> int:
-        number = _integer_value(value)
-        if number < minimum or (maximum is not None and number > maximum):
-            bounds = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-            raise _Bad(f"{number} is out of range: it must be {bounds}")
-        return number
-    return parse
-
-
-def _duration(minimum_ms: int) -> Callable[[Any], int]:
-    def parse(value: Any) -> int:
-        if isinstance(value, bool):
-            raise _Bad(f"{value!r} is not a duration ({_DURATION_EXAMPLES})")
-        try:
-            ms = parse_duration_ms(value)
-        except ConfigError as exc:
-            raise _Bad(str(exc)) from None
-        if ms < minimum_ms:
-            raise _Bad(f"{value!r} is too short: it must be at least {format_duration(minimum_ms)}")
-        return ms
-    return parse
-
-
-def _durations(value: Any) -> tuple[int, ...]:
-    parse = _duration(1)
-    windows = tuple(parse(v) for v in _csv(value))
-    if not windows:
-        raise _Bad(f"{value!r} holds no duration: give at least one ({_DURATION_EXAMPLES})")
-    if len(set(windows)) != len(windows):
-        raise _Bad(f"{value!r} names a duration twice: windows must be distinct")
-    return windows
-
-
-def _boolean(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
-        return True
-    if isinstance(value, str) and value.strip().lower() in ("0", "false", "no", "off"):
-        return False
-    raise _Bad(f"{value!r} is not a boolean (true or false)")
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise _Bad(f"{value!r} is not a string (quote it in a TOML file)")
-    return value
-
-
-def _word(value: Any) -> str:
-    text = _text(value).strip()
-    if not text or any(c.isspace() for c in text):
-        raise _Bad(f"{value!r} must be one word, without spaces")
-    return text
-
-
-def _choice(*options: str, fold: bool = False) -> Callable[[Any], str]:
-    def parse(value: Any) -> str:
-        text = _text(value).strip()
-        if fold:
-            text = text.upper()
-        if text not in options:
-            allowed = ", ".join(repr(o) if not o else o for o in options)
-            raise _Bad(f"{value!r} is not one of {allowed}")
-        return text
-    return parse
-
-
-def _topic(value: Any) -> str:
-    text = _text(value).strip()
-    if text and not _TOPIC.match(text):
-        raise _Bad(f"{value!r} is not a Kafka topic name (letters, digits, '.', '_', '-', up to 249)")
-    return text
-
-
-def _topics(value: Any) -> tuple[str, ...]:
-    topics = _csv(value)
-    if not topics:
-        raise _Bad("no topic: at least one is needed")
-    for topic in topics:
-        if not _TOPIC.match(topic):
-            raise _Bad(f"{topic!r} is not a Kafka topic name (letters, digits, '.', '_', '-', up to 249)")
-    if len(set(topics)) != len(topics):
-        raise _Bad(f"{value!r} names a topic twice")
-    return topics
-
-
-def _servers(value: Any) -> str:
-    servers = _csv(value)
-    if not servers:
-        raise _Bad("no broker: give host:port, comma-separated")
-    for server in servers:
-        match = _HOST_PORT.match(server)
-        if not match or (match.group(2) is not None and not 0 < int(match.group(2)) < 65536):
-            raise _Bad(f"{server!r} is not host:port (example: kafka-0:9092,kafka-1:9092)")
-    return ",".join(servers)
-
-
-def _redis_url(value: Any) -> str:
-    url = _text(value).strip()
-    shown = mask_url(url)
-    parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        raise _Bad(f"{shown!r} must start with redis://, rediss:// or unix://")
-    if parts.scheme == "unix":
-        if not parts.path:
-            raise _Bad(f"{shown!r} names no socket path (example: unix:///run/redis.sock)")
-        return url
-    try:
-        port = parts.port
-    except ValueError:
-        port = -1
-    if not parts.hostname or port == -1:
-        raise _Bad(f"{shown!r} is not redis://[user:password@]host[:port][/db] (example: redis://redis:6379/0)")
-    if not re.fullmatch(r"/?|/\d+", parts.path):
-        raise _Bad(f"{shown!r}: the database {parts.path.lstrip('/')!r} is not a number")
-    return url
-
-
-def _labels(value: Any) -> tuple[str, ...]:
-    labels = _csv(value)
-    for label in labels:
-        if not _LABEL.match(label) or label in _RESERVED_LABELS:
-            raise _Bad(f"{label!r} is not a usable Prometheus label name (letters, digits, '_'; not one of "
-                       f"{', '.join(sorted(_RESERVED_LABELS))})")
-    if len(set(labels)) != len(labels):
-        raise _Bad(f"{value!r} names a label twice")
-    return labels
-
-
-def _namespace(value: Any) -> str:
-    text = _text(value).strip()
-    if text and not _NAMESPACE.match(text):
-        raise _Bad(f"{value!r} may hold letters, digits, '_', '.' and '-' only")
-    return text
 
 
 @dataclass(frozen=True)
@@ -288,110 +87,110 @@ class Settings:
     """
 
     bootstrap_servers: str = setting(
-        "127.0.0.1:9092", "Kafka brokers, host:port, comma-separated", _servers, metavar="HOST:PORT,...",
+        "127.0.0.1:9092", "Kafka brokers, host:port, comma-separated", values.servers, metavar="HOST:PORT,...",
         kafka=True)
     security_protocol: str = setting(
-        "PLAINTEXT", "how every Kafka client connects", _choice(*_PROTOCOLS), metavar="PROTOCOL",
+        "PLAINTEXT", "how every Kafka client connects", values.choice(*_PROTOCOLS), metavar="PROTOCOL",
         choices=_PROTOCOLS, kafka=True)
     sasl_mechanism: str = setting(
-        "", "SASL mechanism, needed with SASL_PLAINTEXT and SASL_SSL", _choice("", *_MECHANISMS),
+        "", "SASL mechanism, needed with SASL_PLAINTEXT and SASL_SSL", values.choice("", *_MECHANISMS),
         metavar="MECHANISM", choices=_MECHANISMS, kafka=True)
-    sasl_username: str = setting("", "SASL user name", _text, kafka=True)
-    sasl_password: str = setting("", "SASL password; masked in all output", _text, secret=True, kafka=True)
+    sasl_username: str = setting("", "SASL user name", values.as_text, kafka=True)
+    sasl_password: str = setting("", "SASL password; masked in all output", values.as_text, secret=True, kafka=True)
     ssl_cafile: str = setting("", "PEM file of the CA that signed the brokers' certificates (SSL, SASL_SSL)",
-                              _text, metavar="FILE", kafka=True)
-    ssl_certfile: str = setting("", "PEM client certificate, for brokers that require one", _text,
+                              values.as_text, metavar="FILE", kafka=True)
+    ssl_certfile: str = setting("", "PEM client certificate, for brokers that require one", values.as_text,
                                 metavar="FILE", kafka=True)
-    ssl_keyfile: str = setting("", "PEM private key of ssl_certfile", _text, metavar="FILE", kafka=True)
+    ssl_keyfile: str = setting("", "PEM private key of ssl_certfile", values.as_text, metavar="FILE", kafka=True)
     topics: tuple[str, ...] = setting(
-        ("search-events",), "input topics, comma-separated (both event types in one topic by default)", _topics,
+        ("search-events",), "input topics, comma-separated (both event types in one topic by default)", values.topics,
         metavar="TOPIC,...")
     dead_letter_topic: str = setting(
-        "", "topic for rejected messages, with their origin and reason in headers", _topic, metavar="TOPIC",
+        "", "topic for rejected messages, with their origin and reason in headers", values.topic, metavar="TOPIC",
         shown_default="(off)")
-    group_id: str = setting("stream-ndcg", "Kafka consumer group", _word, metavar="GROUP")
+    group_id: str = setting("stream-ndcg", "Kafka consumer group", values.word, metavar="GROUP")
     auto_offset_reset: str = setting(
-        "earliest", "where a partition with no stored offset starts", _choice("earliest", "latest"),
+        "earliest", "where a partition with no stored offset starts", values.choice("earliest", "latest"),
         metavar="WHERE", choices=("earliest", "latest"))
     fail_on_data_loss: bool = setting(
         False, "when Kafka deleted records the service had not read yet (see Operations): false skips them, "
         "counts and logs them; true leaves the partition unread and the service not ready until an operator "
-        "restarts it with false or rebuilds", _boolean, metavar="BOOL")
+        "restarts it with false or rebuilds", values.boolean, metavar="BOOL")
     redis_url: str = setting(
         "redis://127.0.0.1:6379/0", "redis://, rediss:// (TLS) or unix://, with user:password@ for an ACL user; "
-        "the password is masked in all output", _redis_url, metavar="URL", secret=True)
-    redis_ca_file: str = setting("", "CA file to verify a rediss:// server", _text, metavar="FILE")
+        "the password is masked in all output", values.redis_url, metavar="URL", secret=True)
+    redis_ca_file: str = setting("", "CA file to verify a rediss:// server", values.as_text, metavar="FILE")
     redis_cluster: bool = setting(
         False, "true for a Redis Cluster: redis_url names any one node (database 0), the client finds the "
-        "others and follows slot moves", _boolean, metavar="BOOL")
+        "others and follows slot moves", values.boolean, metavar="BOOL")
     rebuild: bool = setting(
         False, "one-off: if the stored state cannot serve this metric configuration (see Operations), start it "
-        "afresh and consume from the beginning of the topics", _boolean, metavar="BOOL")
+        "afresh and consume from the beginning of the topics", values.boolean, metavar="BOOL")
     namespace: str = setting(
-        "", "prefix of every Redis key, so that pipelines can share one Redis or Redis Cluster", _namespace,
+        "", "prefix of every Redis key, so that pipelines can share one Redis or Redis Cluster", values.namespace,
         metavar="NAME", shown_default="(the group id)")
     state_cache_groups: int = setting(
         20_000, "query states kept in memory (LRU across all partitions), so that hot queries are not read back "
         "from Redis every batch, bounded by their groups (one query's impressions in one time bucket and "
-        "segment, ~3-10 KiB each); bounds the service's memory (0: none)", _integer(0), metavar="N")
-    k: tuple[int, ...] = setting(DEFAULT_CUTOFFS, "cut-offs, comma-separated", _cutoffs, metavar="K,...")
+        "segment, ~3-10 KiB each); bounds the service's memory (0: none)", values.integer(0), metavar="N")
+    k: tuple[int, ...] = setting(DEFAULT_CUTOFFS, "cut-offs, comma-separated", values.cutoffs, metavar="K,...")
     gain: str = setting("exponential", "gain formula: exponential 2^grade - 1, or linear grade",
-                        _choice(*GAINS), metavar="GAIN", choices=GAINS)
+                        values.choice(*GAINS), metavar="GAIN", choices=GAINS)
     ideal: str = setting("pool", "ideal ordering: pool (every judged document of the query) or list (the "
-                         "impression's own results)", _choice(*IDEALS), metavar="IDEAL", choices=IDEALS)
+                         "impression's own results)", values.choice(*IDEALS), metavar="IDEAL", choices=IDEALS)
     windows: tuple[int, ...] = setting(
         (300_000, 3_600_000, 86_400_000), "rolling windows, comma-separated (whole numbers of buckets)",
-        _durations, metavar="DURATION,...")
+        values.durations, metavar="DURATION,...")
     bucket: int = setting(60_000, "time bucket of the state and the window edges (at least 1s)",
-                          _duration(1000), metavar=_DURATION)
-    grace: int = setting(600_000, "kept beyond the longest window", _duration(0), metavar=_DURATION)
+                          values.duration(1000), metavar=_DURATION)
+    grace: int = setting(600_000, "kept beyond the longest window", values.duration(0), metavar=_DURATION)
     judgment_ttl: int = setting(
         30 * 86_400_000, "how long a query's judgments outlive its last event; older judgments are too_old",
-        _duration(1), metavar=_DURATION)
+        values.duration(1), metavar=_DURATION)
     clock: str = setting("wall", "what decides a window's edges: the wall clock or the newest event time",
-                         _choice("wall", "event"), metavar="CLOCK", choices=("wall", "event"))
+                         values.choice("wall", "event"), metavar="CLOCK", choices=("wall", "event"))
     segment_labels: tuple[str, ...] = setting(
-        ("variant",), "segment keys that become Prometheus labels, comma-separated", _labels, metavar="LABEL,...")
+        ("variant",), "segment keys that become Prometheus labels, comma-separated", values.labels, metavar="LABEL,...")
     segment_cap: int = setting(20, "distinct values per label; later values become other, a missing key none",
-                               _integer(1), metavar="N")
+                               values.integer(1), metavar="N")
     metrics_host: str = setting(
         "127.0.0.1", "bind address of /metrics; loopback by default so that nothing is exposed by accident: set "
-        "0.0.0.0 in a container", _word, metavar="HOST")
-    metrics_port: int = setting(9464, "TCP port of /metrics, /healthz and /readyz", _integer(1, 65535),
+        "0.0.0.0 in a container", values.word, metavar="HOST")
+    metrics_port: int = setting(9464, "TCP port of /metrics, /healthz and /readyz", values.integer(1, 65535),
                                 metavar="PORT")
-    batch_size: int = setting(500, "records per batch", _integer(1), metavar="N")
-    linger: int = setting(100, "longest wait for a batch", _duration(0), metavar=_DURATION)
-    max_results: int = setting(1000, "longest accepted list; longer impressions are rejected", _integer(1),
+    batch_size: int = setting(500, "records per batch", values.integer(1), metavar="N")
+    linger: int = setting(100, "longest wait for a batch", values.duration(0), metavar=_DURATION)
+    max_results: int = setting(1000, "longest accepted list; longer impressions are rejected", values.integer(1),
                                metavar="N")
-    max_message_bytes: int = setting(1_048_576, "largest accepted message, in bytes", _integer(1), metavar="N")
+    max_message_bytes: int = setting(1_048_576, "largest accepted message, in bytes", values.integer(1), metavar="N")
     require_key: bool = setting(True, "reject messages without a Kafka key (keys keep a query on one partition)",
-                                _boolean, metavar="BOOL")
-    max_future: int = setting(86_400_000, "reject event times further ahead of the wall clock", _duration(0),
+                                values.boolean, metavar="BOOL")
+    max_future: int = setting(86_400_000, "reject event times further ahead of the wall clock", values.duration(0),
                               metavar=_DURATION)
-    log_format: str = setting("text", "log lines as text or one JSON object each", _choice("text", "json"),
+    log_format: str = setting("text", "log lines as text or one JSON object each", values.choice("text", "json"),
                               metavar="FORMAT", choices=("text", "json"))
-    log_level: str = setting("INFO", "lowest level logged (any case)", _choice(*_LOG_LEVELS, fold=True),
+    log_level: str = setting("INFO", "lowest level logged (any case)", values.choice(*_LOG_LEVELS, fold=True),
                              metavar="LEVEL", choices=_LOG_LEVELS)
 
     def __post_init__(self) -> None:
         for name, spec in self.specs().items():
             try:
                 value = spec.parse(getattr(self, name))
-            except _Bad as exc:
+            except values.Bad as exc:
                 raise SettingError(name, str(exc)) from None
             # Frozen: the normalised value replaces the given one before anyone can see it.
             object.__setattr__(self, name, value)
         if any(w % self.bucket for w in self.windows):
             raise SettingError("windows", f"each window must be a whole number of buckets: "
-                               f"{','.join(map(format_duration, self.windows))} with bucket "
-                               f"{format_duration(self.bucket)}")
-        if not _NAMESPACE.match(self.key_namespace):
+                               f"{','.join(map(values.format_duration, self.windows))} with bucket "
+                               f"{values.format_duration(self.bucket)}")
+        if not values.NAMESPACE.match(self.key_namespace):
             raise SettingError("group_id", f"{self.group_id!r}: the namespace (by default the group id) may hold "
                                "letters, digits, '_', '.' and '-' only; set namespace to use this group id")
         parts = urlsplit(self.redis_url)
         if self.redis_cluster and (parts.scheme == "unix" or parts.path.strip("/") not in ("", "0")):
-            raise SettingError("redis_url", f"{mask_url(self.redis_url)!r}: a Redis Cluster (redis_cluster=true) "
-                               "is reached over TCP and has database 0 only")
+            raise SettingError("redis_url", f"{values.mask_url(self.redis_url)!r}: a Redis Cluster "
+                               "(redis_cluster=true) is reached over TCP and has database 0 only")
         if self.security_protocol.startswith("SASL"):
             if not self.sasl_mechanism:
                 raise SettingError("sasl_mechanism", f"needed with {self.security_protocol}: one of "
@@ -492,9 +291,10 @@ class Settings:
         for name, spec in self.specs().items():
             value = getattr(self, name)
             if spec.secret:
-                value = mask_url(value) if name.endswith("_url") else ("***" if value else "")
+                value = values.mask_url(value) if name.endswith("_url") else ("***" if value else "")
             elif spec.metavar.startswith(_DURATION):
-                value = [format_duration(v) for v in value] if isinstance(value, tuple) else format_duration(value)
+                value = ([values.format_duration(v) for v in value] if isinstance(value, tuple)
+                         else values.format_duration(value))
             shown[name] = list(value) if isinstance(value, tuple) else value
         return shown
 
@@ -543,7 +343,7 @@ def shown_default(name: str) -> str:
         return spec.shown_default
     items = value if isinstance(value, tuple) else (value,)
     if spec.metavar.startswith(_DURATION):
-        items = tuple(format_duration(v) for v in items)
+        items = tuple(values.format_duration(v) for v in items)
     return ",".join(str(v).lower() if isinstance(v, bool) else str(v) for v in items)
 
 
@@ -568,17 +368,6 @@ def markdown_table() -> str:
         meaning = spec.help + (f" (one of {', '.join(f'`{c}`' for c in spec.choices)})" if spec.choices else "")
         rows.append(f"| `{name}` | {shown} | {meaning} |")
     return "\n".join(rows) + "\n"
-
-
-def mask_url(url: str) -> str:
-    """redis://user:secret@host -> redis://user:***@host."""
-    parts = urlsplit(url)
-    if parts.password is None and "@" not in parts.netloc:
-        return url
-    userinfo, _, host = parts.netloc.rpartition("@")
-    user = userinfo.split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}" if user else f"***@{host}"))
-
 
 if __name__ == "__main__":
     print(markdown_table(), end="")

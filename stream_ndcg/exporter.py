@@ -35,8 +35,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from stream_ndcg import __version__
-from stream_ndcg.config import Settings, format_duration
+from stream_ndcg.config import Settings
 from stream_ndcg.errors import StoreUnavailable
+from stream_ndcg.setting_values import format_duration
 from stream_ndcg.store import StateStore
 from stream_ndcg.vocabulary import EVENT_TYPES, AggregateKey, MetricName, duplicate, rejection_reason, segment_values
 from stream_ndcg.windows import window_means

@@ -15,9 +15,10 @@ from kafka import KafkaAdminClient
 from kafka.errors import KafkaError, for_code
 from redis.exceptions import RedisClusterException, RedisError
 
-from stream_ndcg.config import Settings, mask_url
+from stream_ndcg.config import Settings
 from stream_ndcg.errors import StoreUnavailable
 from stream_ndcg.redis_store import connect
+from stream_ndcg.setting_values import mask_url
 
 # Long enough for a TLS and SASL handshake across a region, short enough for a person waiting.
 TIMEOUT_MS = 8_000

@@ -33,8 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from stream_ndcg.config import Settings, format_duration
+from stream_ndcg.config import Settings
 from stream_ndcg.errors import ConfigError
+from stream_ndcg.setting_values import format_duration
 
 logger = logging.getLogger(__name__)
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from stream_ndcg.cli import main
-from stream_ndcg.config import Settings, help_line, markdown_table, mask_url, parse_duration_ms
+from stream_ndcg.config import Settings, help_line, markdown_table
 from stream_ndcg.errors import ConfigError
+from stream_ndcg.setting_values import mask_url, parse_duration_ms
 
 
 def test_flags_win_over_environment_over_file(tmp_path: Path) -> None:

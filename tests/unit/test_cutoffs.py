@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from stream_ndcg.cli import build_parser, main
-from stream_ndcg.config import Settings, parse_cutoffs
+from stream_ndcg.config import Settings
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.exporter import WindowView
 from stream_ndcg.metric import DEFAULT_CUTOFFS, Measure
+from stream_ndcg.setting_values import parse_cutoffs
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "events.jsonl"
 

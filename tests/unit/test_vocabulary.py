@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stream_ndcg import metric, vocabulary, windows
+from stream_ndcg import metric, setting_values, vocabulary, windows
 from stream_ndcg.vocabulary import (
     MISSING,
     MetricName,
@@ -66,7 +66,7 @@ def test_an_empty_segment_key_has_every_label_missing() -> None:
     assert segment_values("", ("variant",)) == [MISSING]
 
 
-@pytest.mark.parametrize("module", [vocabulary, windows, metric])
+@pytest.mark.parametrize("module", [vocabulary, windows, metric, setting_values])
 def test_the_module_examples_hold(module: object) -> None:
     failed, tried = doctest.testmod(module)  # type: ignore[arg-type]
     assert tried and not failed
