@@ -31,10 +31,10 @@ import argparse
 import math
 import os
 import re
-import tempfile
 import time
+from array import array
 from collections.abc import Mapping, Sequence
-from typing import IO, Any, TextIO
+from typing import Any, TextIO
 
 from prometheus_client import CollectorRegistry
 
@@ -65,9 +65,11 @@ _ESCAPES = re.compile(r'[\\"\n]')
 class OpenMetricsWriter:
     """Gauge samples with timestamps, written as one OpenMetrics text exposition.
 
-    Samples are kept on disk per family until `write`, which puts each family's ``# HELP``
-    and ``# TYPE`` before its samples, in the order added (times must not go back within a
-    family, as promtool requires of each series), and ``# EOF`` at the end.
+    OpenMetrics wants each family's ``# HELP`` and ``# TYPE`` before its samples, each series
+    (label set) of a family in one run, its samples in increasing time, and ``# EOF`` at the end;
+    promtool's importer refuses a series whose time goes back. Samples are kept in arrays of
+    numbers per series (16 bytes each), as they come time after time, until `write` puts them
+    in that order: families and series as first added.
 
         writer = OpenMetricsWriter()
         writer.add("x", "An x.", {"k": "10"}, 0.5, timestamp_ms=60_000)
@@ -75,32 +77,31 @@ class OpenMetricsWriter:
     """
 
     def __init__(self) -> None:
-        self._families: dict[str, tuple[str, IO[str]]] = {}
-        self._latest: dict[str, int] = {}
+        self._help: dict[str, str] = {}
+        self._series: dict[str, dict[tuple[tuple[str, str], ...], tuple[array[int], array[float]]]] = {}
 
     def add(self, name: str, help_text: str, labels: Mapping[str, str], value: float, timestamp_ms: int) -> None:
-        family = self._families.get(name)
-        if family is None:
-            family = self._families[name] = (help_text, tempfile.TemporaryFile("w+", encoding="utf-8"))
-        if timestamp_ms < self._latest.get(name, timestamp_ms):
-            raise ValueError(f"{name}: sample at {timestamp_ms} ms after one at {self._latest[name]} ms")
-        self._latest[name] = timestamp_ms
-        label_text = ",".join(f'{label}="{_escape(v)}"' for label, v in labels.items())
-        family[1].write(f"{name}{{{label_text}}} {_value(value)} {_seconds(timestamp_ms)}\n"
-                        if label_text else f"{name} {_value(value)} {_seconds(timestamp_ms)}\n")
+        if name not in self._help:
+            self._help[name] = help_text
+            self._series[name] = {}
+        key = tuple(labels.items())
+        series = self._series[name].get(key)
+        if series is None:
+            series = self._series[name][key] = (array("q"), array("d"))
+        times, values = series
+        if times and timestamp_ms <= times[-1]:
+            raise ValueError(f"{name}{dict(key)}: a sample at {timestamp_ms} ms after one at {times[-1]} ms")
+        times.append(timestamp_ms)
+        values.append(value)
 
     def write(self, out: TextIO) -> None:
-        for name, (help_text, samples) in self._families.items():
+        for name, help_text in self._help.items():
             out.write(f"# HELP {name} {_escape(help_text)}\n# TYPE {name} gauge\n")
-            samples.seek(0)
-            for line in samples:
-                out.write(line)
+            for key, (times, values) in self._series[name].items():
+                series = name + ("{" + ",".join(f'{label}="{_escape(v)}"' for label, v in key) + "}" if key else "")
+                for timestamp_ms, value in zip(times, values, strict=True):
+                    out.write(f"{series} {_value(value)} {_seconds(timestamp_ms)}\n")
         out.write("# EOF\n")
-
-    def close(self) -> None:
-        for _, samples in self._families.values():
-            samples.close()
-        self._families.clear()
 
 
 def _escape(text: str) -> str:
@@ -171,14 +172,11 @@ class History:
             self._commit()
 
     def write(self, out: TextIO) -> None:
-        """Record the bucket the clock ends in and write every sample (the history is then closed)."""
+        """Record the bucket the clock ends in and write every sample."""
         self._commit()
         if self._clock_bucket is not None:
             self._record(self._clock_bucket)
-        try:
-            self.writer.write(out)
-        finally:
-            self.writer.close()
+        self.writer.write(out)
 
     def _commit(self) -> None:
         if self._pending:
