@@ -27,7 +27,8 @@ def read_openmetrics(text: str) -> TimedSamples:
     """Every sample of an OpenMetrics text, read by prometheus_client's parser (which refuses what
     the format forbids: a series split in two runs, time going back, no `# EOF`)."""
     samples: TimedSamples = {}
-    for family in text_string_to_metric_families(text):
+    # prometheus_client's OpenMetrics parser has no annotations.
+    for family in text_string_to_metric_families(text):  # type: ignore[no-untyped-call]
         assert family.type == "gauge", family
         for sample in family.samples:
             assert sample.timestamp is not None, sample

@@ -129,8 +129,8 @@ def test_samples_equal_the_service_after_the_same_events() -> None:
         expected = service_gauges(_before(messages, end), settings)
         got = {(name, labels): value for (name, labels, ts), value in samples.items() if ts == end}
         assert got.keys() == expected.keys()
-        for key, value in expected.items():
-            assert (math.isnan(got[key]) and math.isnan(value)) or got[key] == pytest.approx(value, abs=1e-9), key
+        for key, number in expected.items():
+            assert (math.isnan(got[key]) and math.isnan(number)) or got[key] == pytest.approx(number, abs=1e-9), key
             compared += 1
     assert compared > 3 * 100
 
