@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 from stream_ndcg import __version__
+from stream_ndcg.backfill import add_history_flags, history_of, write_history
 from stream_ndcg.config import EPOCH_SECONDS_BELOW_MS, Settings, env_name, flag_name, help_line
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import InvalidEvent, Limits
@@ -67,7 +68,8 @@ def _replay_stream(replay: Replay, name: str, stream: BinaryIO, progress: _Progr
 
 def cmd_replay(args: argparse.Namespace) -> int:
     measure = Measure(cutoffs=args.k, gain=args.gain, ideal=args.ideal)
-    replay = Replay(measure, Limits(max_results=args.max_results))
+    history = history_of(args)
+    replay = Replay(measure, Limits(max_results=args.max_results), tap=history.add if history else None)
     if args.per_impression:
         # Found out before the work, not after minutes of it.
         directory = os.path.dirname(os.path.abspath(args.per_impression))
@@ -98,6 +100,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         with open(args.per_impression, "w", encoding="utf-8") as out:
             for record in replay.per_impression():
                 out.write(json.dumps(record) + "\n")
+    if history is not None:
+        write_history(history, args.openmetrics)
     json.dump(replay.summary(), sys.stdout)
     sys.stdout.write("\n")
     return status
@@ -277,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="event files, one JSON object a line; - for stdin")
     _add_measure_flags(replay)
     replay.add_argument("--per-impression", metavar="OUT.jsonl", help="write one line of scores per impression")
+    add_history_flags(replay)
     replay.set_defaults(handler=cmd_replay)
 
     for name, help_text in (("run", "consume from Kafka, keep state in Redis, serve Prometheus metrics"),

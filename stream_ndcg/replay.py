@@ -14,7 +14,7 @@ input counts, whenever it arrived.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,9 +33,12 @@ class ScoredImpression:
 class Replay:
     """Collects events under the contract and scores them in one pass at the end."""
 
-    def __init__(self, measure: Measure, limits: Limits = DEFAULT_LIMITS) -> None:
+    def __init__(self, measure: Measure, limits: Limits = DEFAULT_LIMITS,
+                 tap: Callable[[bytes | str], None] | None = None) -> None:
         self.measure = measure
         self.limits = limits
+        # Given every message, in order, before it is parsed: `backfill.History.add` replays them too.
+        self.tap = tap
         self._impressions: dict[str, Impression] = {}
         self._winners: dict[str, dict[str, Judgment]] = {}
         self._revisions: set[Judgment] = set()
@@ -46,6 +49,8 @@ class Replay:
 
     def add(self, raw: bytes | str) -> InvalidEvent | None:
         """Apply one message; return its rejection, if any."""
+        if self.tap is not None:
+            self.tap(raw)
         event = parse_event(raw, self.limits)
         if isinstance(event, InvalidEvent):
             self.rejected[event.reason] += 1
