@@ -26,6 +26,7 @@ from stream_ndcg.vocabulary import (
     IMPRESSION,
     IMPRESSIONS,
     JUDGMENT,
+    TOO_OLD,
     AggregateKey,
     Segment,
     duplicate,
@@ -237,7 +238,7 @@ class Engine:
             outcome.counts[duplicate(IMPRESSION)] += 1
             return
         if now_ms is not None and self.horizon_ms is not None and event.ts < now_ms - self.horizon_ms:
-            outcome.counts[rejected("too_old")] += 1
+            outcome.counts[rejected(TOO_OLD)] += 1
             return
         known.add(event.impression_id)
         bucket = self.bucket_of(event.ts)
@@ -264,7 +265,7 @@ class Engine:
     ) -> None:
         if (now_ms is not None and self.judgment_max_age_ms is not None
                 and event.ts < now_ms - self.judgment_max_age_ms):
-            outcome.counts[rejected("too_old")] += 1
+            outcome.counts[rejected(TOO_OLD)] += 1
             return
         revision = revision_of(event)
         moved = state.add_revision(event.doc_id, revision)

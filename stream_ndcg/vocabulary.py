@@ -50,6 +50,9 @@ def judged_at(k: int) -> str:
 IMPRESSION: Final = "impression"
 JUDGMENT: Final = "judgment"
 EVENT_TYPES: Final = (IMPRESSION, JUDGMENT)
+# The one rejection the engine makes itself (the contract's reasons are in `events`): an event
+# older than the horizon (impressions) or the judgment TTL (judgments).
+TOO_OLD: Final = "too_old"
 _DUPLICATE = "duplicate:"
 _REJECTED = "rejected:"
 
