@@ -15,7 +15,7 @@ from stream_ndcg.backfill import add_history_flags, history_of, write_history
 from stream_ndcg.config import EPOCH_SECONDS_BELOW_MS, Settings, env_name, flag_name, help_line
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import InvalidEvent, Limits
-from stream_ndcg.metric import DEFAULT_CUTOFFS, GAINS, IDEALS, Measure
+from stream_ndcg.metric import DEFAULT_CUTOFFS, DEFAULT_GAIN, DEFAULT_IDEAL, GAINS, IDEALS, Measure
 from stream_ndcg.replay import Replay
 from stream_ndcg.setting_values import parse_cutoffs
 
@@ -258,8 +258,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def _add_measure_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", type=_cutoffs_flag, default=DEFAULT_CUTOFFS,
                         help=f"cut-offs, comma-separated (default {','.join(map(str, DEFAULT_CUTOFFS))})")
-    parser.add_argument("--gain", choices=GAINS, default="exponential", help="gain formula (default exponential)")
-    parser.add_argument("--ideal", choices=IDEALS, default="pool", help="ideal ordering (default pool)")
+    parser.add_argument("--gain", choices=GAINS, default=DEFAULT_GAIN, help=f"gain formula (default {DEFAULT_GAIN})")
+    parser.add_argument("--ideal", choices=IDEALS, default=DEFAULT_IDEAL,
+                        help=f"ideal ordering (default {DEFAULT_IDEAL})")
     parser.add_argument("--max-results", type=int, default=1000, help="longest accepted list (default 1000)")
 
 

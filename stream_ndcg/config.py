@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from stream_ndcg import setting_values as values
 from stream_ndcg.errors import ConfigError
-from stream_ndcg.metric import DEFAULT_CUTOFFS, GAINS, IDEALS, Measure
+from stream_ndcg.metric import DEFAULT_CUTOFFS, DEFAULT_GAIN, DEFAULT_IDEAL, GAINS, IDEALS, Measure
 
 ENV_PREFIX = "STREAM_NDCG_"
 # Kafka's own rule for topic names.
@@ -134,9 +134,9 @@ class Settings:
         "from Redis every batch, bounded by their groups (one query's impressions in one time bucket and "
         "segment, ~3-10 KiB each); bounds the service's memory (0: none)", values.integer(0), metavar="N")
     k: tuple[int, ...] = setting(DEFAULT_CUTOFFS, "cut-offs, comma-separated", values.cutoffs, metavar="K,...")
-    gain: str = setting("exponential", "gain formula: exponential 2^grade - 1, or linear grade",
+    gain: str = setting(DEFAULT_GAIN, "gain formula: exponential 2^grade - 1, or linear grade",
                         values.choice(*GAINS), metavar="GAIN", choices=GAINS)
-    ideal: str = setting("pool", "ideal ordering: pool (every judged document of the query) or list (the "
+    ideal: str = setting(DEFAULT_IDEAL, "ideal ordering: pool (every judged document of the query) or list (the "
                          "impression's own results)", values.choice(*IDEALS), metavar="IDEAL", choices=IDEALS)
     windows: tuple[int, ...] = setting(
         (300_000, 3_600_000, 86_400_000), "rolling windows, comma-separated (whole numbers of buckets)",

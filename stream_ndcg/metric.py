@@ -42,6 +42,8 @@ Ideal = Literal["pool", "list"]
 GAINS: tuple[Gain, ...] = ("exponential", "linear")
 IDEALS: tuple[Ideal, ...] = ("pool", "list")
 DEFAULT_CUTOFFS: tuple[int, ...] = (5, 10)
+DEFAULT_GAIN: Gain = "exponential"
+DEFAULT_IDEAL: Ideal = "pool"
 
 # 2**100 is far beyond any grading scale and keeps every sum finite.
 MAX_ABS_GRADE = 100.0
@@ -52,8 +54,8 @@ class Measure:
     """nDCG@k declared once: the cut-offs, the gain formula and the ideal ordering."""
 
     cutoffs: tuple[int, ...] = DEFAULT_CUTOFFS
-    gain: Gain = "exponential"
-    ideal: Ideal = "pool"
+    gain: Gain = DEFAULT_GAIN
+    ideal: Ideal = DEFAULT_IDEAL
 
     def __post_init__(self) -> None:
         if not self.cutoffs:
