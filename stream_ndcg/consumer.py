@@ -76,6 +76,9 @@ class StreamProcessor:
         # Partitions held up by a batch this installation cannot decompress, with the fault:
         # not ready until they move on, and the fault logged once, not at every retry.
         self._undecodable: dict[tuple[str | None, int | None], str] = {}
+        # Every undecodable fault already logged at ERROR: a rebalance that hands the partition
+        # back (and so clears `_undecodable`) must not say it again.
+        self._undecodable_said: set[str] = set()
         self._last_contact = time.monotonic()
 
     # -- lifecycle ---------------------------------------------------------
@@ -180,7 +183,8 @@ class StreamProcessor:
         level = logging.WARNING
         if isinstance(exc, UndecodableRecords):
             # The same batch fails at every retry until the library is installed: say it once.
-            level = logging.DEBUG if str(exc) in self._undecodable.values() else logging.ERROR
+            level = logging.DEBUG if str(exc) in self._undecodable_said else logging.ERROR
+            self._undecodable_said.add(str(exc))
             self._undecodable[(exc.topic, exc.partition)] = str(exc)
         else:
             # A commit whose reply was lost may have landed: trust only the stored offsets. (An

@@ -252,3 +252,24 @@ def test_an_undecodable_batch_is_said_once_and_holds_readiness_until_its_partiti
     assert made.exporter.registry.get_sample_value("stream_ndcg_backoffs_total", {"cause": "UndecodableRecords"}) == 2
     said = [r.levelno for r in caplog.records if "compressed with zstd" in r.getMessage()]
     assert said == [logging.ERROR, logging.DEBUG]
+
+
+def test_an_undecodable_batch_is_said_once_even_when_a_rebalance_hands_its_partition_back(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="stream_ndcg.consumer")
+    source, store = LocalSource({TOPIC: 2}), FlakyStore()
+    made = processor(source, store)
+    assert made.start()
+    made.run_once()
+    fault = UndecodableRecords("zstd", TOPIC, 1, 3, "install the Python package zstandard, a dependency")
+    source.fail_next_poll(fault)
+    made.run_once()
+    # The group takes the partition away and gives it straight back; the batch fails again.
+    source.assign([PARTITIONS[0]])
+    source.assign(PARTITIONS)
+    made.run_once()
+    source.fail_next_poll(fault)
+    made.run_once()
+    assert not made.ready()
+    said = [r.levelno for r in caplog.records if "compressed with zstd" in r.getMessage()]
+    assert said == [logging.ERROR, logging.DEBUG]
