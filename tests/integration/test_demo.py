@@ -55,8 +55,10 @@ def test_demo_shows_the_better_variant_ahead_fills_every_window_and_ctrl_c_stops
         assert started, "the demo started no Kafka or Redis process"
         # Minutes in, the traffic's event time keeps up with the wall clock: every window, the
         # shortest (the current minute's bucket alone) included, holds impressions of both variants.
-        while time.monotonic() < begun + 150:
-            time.sleep(3)
+        # Away from a minute's edge: the 1m window is the current minute's bucket alone, which
+        # holds next to nothing in its first second.
+        while time.monotonic() < begun + 150 or not 15 <= time.time() % 60 <= 55:
+            time.sleep(1)
         frame = out.read_text(errors="replace").split("\x1b[H\x1b[2J")[-1]
         impressions = {(window, variant): float(count) for window, variant, count in re.findall(
             r"^\s+(1m|5m|1h)\s+([AB])\s+\S+\s+\S+\s+\S+\s+([0-9]+)\s*$", frame, re.MULTILINE)}
