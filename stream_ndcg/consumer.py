@@ -73,9 +73,9 @@ class StreamProcessor:
         self._healthy = False
         # What stream_ndcg_ready last said, to log its changes only.
         self._said_ready = False
-        # Partitions held up by a batch this installation cannot decompress, with the fault:
-        # not ready until they move on, and the fault logged once, not at every retry.
-        self._undecodable: dict[tuple[str | None, int | None], str] = {}
+        # Partitions held up by a batch this installation cannot decompress: not ready until
+        # they move on.
+        self._undecodable: set[tuple[str | None, int | None]] = set()
         # Every undecodable fault already logged at ERROR: a rebalance that hands the partition
         # back (and so clears `_undecodable`) must not say it again.
         self._undecodable_said: set[str] = set()
@@ -185,7 +185,7 @@ class StreamProcessor:
             # The same batch fails at every retry until the library is installed: say it once.
             level = logging.DEBUG if str(exc) in self._undecodable_said else logging.ERROR
             self._undecodable_said.add(str(exc))
-            self._undecodable[(exc.topic, exc.partition)] = str(exc)
+            self._undecodable.add((exc.topic, exc.partition))
         else:
             # A commit whose reply was lost may have landed: trust only the stored offsets. (An
             # undecodable batch stops poll() before any write: the claims hold, and the other
@@ -220,7 +220,7 @@ class StreamProcessor:
         stored offset."""
         gone, new = self.ownership.sync(self.source.assignment(), self.source.revoked())
         for partition in gone:
-            self._undecodable.pop(partition, None)
+            self._undecodable.discard(partition)
             # The new holder reports this partition's lag from now on.
             try:
                 self.exporter.consumer_lag.remove(partition.topic, str(partition.partition))
@@ -284,7 +284,7 @@ class StreamProcessor:
             return
         for partition, records in batch.items():
             self.ownership.committed(partition, records[-1].offset + 1)
-            self._undecodable.pop(partition, None)
+            self._undecodable.discard(partition)
         applied_s = self.clock()
         for ts in result.judgment_times:
             self.exporter.judgment_latency.observe(max(0.0, applied_s - ts / 1000))

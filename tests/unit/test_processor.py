@@ -230,13 +230,19 @@ def test_with_fail_on_data_loss_the_partition_is_halted_and_the_service_not_read
     assert caplog.text.count("not reading the partition") == 1
 
 
-def test_an_undecodable_batch_is_said_once_and_holds_readiness_until_its_partition_moves_on(
-        caplog: pytest.LogCaptureFixture) -> None:
+def started_and_logging(caplog: pytest.LogCaptureFixture) -> tuple[StreamProcessor, LocalSource]:
+    """A processor past its first cycle over both partitions, its log captured from DEBUG on."""
     caplog.set_level(logging.DEBUG, logger="stream_ndcg.consumer")
-    source, store = LocalSource({TOPIC: 2}), FlakyStore()
-    made = processor(source, store)
+    source = LocalSource({TOPIC: 2})
+    made = processor(source, FlakyStore())
     assert made.start()
     made.run_once()
+    return made, source
+
+
+def test_an_undecodable_batch_is_said_once_and_holds_readiness_until_its_partition_moves_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    made, source = started_and_logging(caplog)
     assert made.ready()
     fault = UndecodableRecords("zstd", TOPIC, 0, 7, "install the Python package zstandard, a dependency")
     source.fail_next_poll(fault)
@@ -256,11 +262,7 @@ def test_an_undecodable_batch_is_said_once_and_holds_readiness_until_its_partiti
 
 def test_an_undecodable_batch_is_said_once_even_when_a_rebalance_hands_its_partition_back(
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger="stream_ndcg.consumer")
-    source, store = LocalSource({TOPIC: 2}), FlakyStore()
-    made = processor(source, store)
-    assert made.start()
-    made.run_once()
+    made, source = started_and_logging(caplog)
     fault = UndecodableRecords("zstd", TOPIC, 1, 3, "install the Python package zstandard, a dependency")
     source.fail_next_poll(fault)
     made.run_once()
