@@ -207,6 +207,8 @@ def settings_of(*, k: Sequence[int] | None = None, gain: str | None = None, idea
 
 
 _HISTORY_FLAGS = ("bucket", "windows", "segment_labels", "pipeline")
+# What `replay --per-query` reads of them.
+_PER_QUERY_FLAGS = ("bucket", "windows")
 
 
 def add_history_flags(parser: argparse.ArgumentParser) -> None:
@@ -232,7 +234,8 @@ def history_of(args: argparse.Namespace) -> History | None:
     """The history `replay`'s flags ask for, None without `--openmetrics`; ConfigError if the flags
     are invalid or the output's directory does not exist (before any work is done)."""
     if args.openmetrics is None:
-        given = [name for name in _HISTORY_FLAGS if getattr(args, name) is not None]
+        given = [name for name in _HISTORY_FLAGS if getattr(args, name) is not None
+                 and not (args.per_query and name in _PER_QUERY_FLAGS)]
         if given:
             raise ConfigError(f"--{given[0].replace('_', '-')} only applies with --openmetrics")
         return None

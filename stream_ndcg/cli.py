@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 from stream_ndcg import __version__
-from stream_ndcg.backfill import add_history_flags, history_of, write_history
+from stream_ndcg.backfill import add_history_flags, history_of, settings_of, write_history
 from stream_ndcg.config import EPOCH_SECONDS_BELOW_MS, Settings, env_name, flag_name, help_line
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import InvalidEvent, Limits
@@ -70,11 +70,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     measure = Measure(cutoffs=args.k, gain=args.gain, ideal=args.ideal)
     history = history_of(args)
     replay = Replay(measure, Limits(max_results=args.max_results), tap=history.add if history else None)
-    if args.per_impression:
+    per_query = settings_of(bucket=args.bucket, windows=args.windows) if args.per_query else None
+    for flag, path in (("--per-impression", args.per_impression), ("--per-query", args.per_query)):
         # Found out before the work, not after minutes of it.
-        directory = os.path.dirname(os.path.abspath(args.per_impression))
-        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
-            print(f"stream-ndcg replay: cannot write --per-impression {args.per_impression}: directory "
+        directory = os.path.dirname(os.path.abspath(path)) if path else ""
+        if path and (not os.path.isdir(directory) or not os.access(directory, os.W_OK)):
+            print(f"stream-ndcg replay: cannot write {flag} {path}: directory "
                   f"{directory} does not exist or is not writable (create it first)", file=sys.stderr)
             return 2
     sizes = [os.path.getsize(p) for p in args.files if p != "-" and os.path.isfile(p)]
@@ -100,11 +101,48 @@ def cmd_replay(args: argparse.Namespace) -> int:
         with open(args.per_impression, "w", encoding="utf-8") as out:
             for record in replay.per_impression():
                 out.write(json.dumps(record) + "\n")
+    if per_query is not None:
+        with open(args.per_query, "w", encoding="utf-8") as out:
+            for record in replay.per_query(per_query.windows, per_query.bucket):
+                out.write(json.dumps(record) + "\n")
     if history is not None:
         write_history(history, args.openmetrics)
     json.dump(replay.summary(), sys.stdout)
     sys.stdout.write("\n")
     return status
+
+
+def cmd_judging_queue(args: argparse.Namespace) -> int:
+    from stream_ndcg.api import judging_queue_body
+    from stream_ndcg.errors import RequestError, StoreUnavailable
+    from stream_ndcg.explorer import Question
+    from stream_ndcg.service import explorer
+
+    settings = _settings(args)
+    params: dict[str, list[str]] = {"limit": [args.limit], "format": [args.format]}
+    if args.window:
+        params["window"] = [args.window]
+    if args.top_k:
+        params["k"] = [args.top_k]
+    for given in args.segment:
+        label, sep, value = given.partition("=")
+        if not sep:
+            print(f"stream-ndcg judging-queue: --segment {given!r}: use LABEL=VALUE", file=sys.stderr)
+            return 2
+        params.setdefault(f"segment.{label}", []).append(value)
+    reader = explorer(settings)
+    try:
+        question = Question.parse(params, reader.view, kind="judging-queue")
+        _, body, _ = judging_queue_body(reader.judging_queue(question), question.format)
+    except RequestError as exc:
+        flag = {"k": "--top-k", "window": "--window", "limit": "--limit"}.get(exc.parameter, f"--{exc.parameter}")
+        print(f"stream-ndcg judging-queue: {str(exc).replace(exc.parameter, flag, 1)}", file=sys.stderr)
+        return 2
+    except StoreUnavailable as exc:
+        print(f"stream-ndcg judging-queue: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.buffer.write(body if body.endswith(b"\n") else body + b"\n")
+    return 0
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -282,6 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="event files, one JSON object a line; - for stdin")
     _add_measure_flags(replay)
     replay.add_argument("--per-impression", metavar="OUT.jsonl", help="write one line of scores per impression")
+    replay.add_argument("--per-query", metavar="OUT.jsonl",
+                        help="write the drill-down's figures per window (--windows, --bucket; ending at the newest "
+                             "event), query and segment")
     add_history_flags(replay)
     replay.set_defaults(handler=cmd_replay)
 
@@ -302,6 +343,18 @@ def build_parser() -> argparse.ArgumentParser:
                                  help="also read the metric configuration stored in Redis (redis_url, namespace) "
                                       "and say whether this configuration continues it, changes it in place or "
                                       "needs a rebuild (exit 2 if run would refuse it)")
+
+    queue = sub.add_parser("judging-queue", help="the unjudged (query, document) pairs of most top-k exposure, "
+                                                 "read from Redis: what raters should judge first")
+    queue.add_argument("--window", help="a configured window (default: the first)")
+    queue.add_argument("--top-k", dest="top_k", metavar="K", help="a configured cut-off (default: the largest)")
+    queue.add_argument("--segment", action="append", default=[], metavar="LABEL=VALUE",
+                       help="only impressions of this segment value; repeatable")
+    queue.add_argument("--limit", default="100", help="pairs to list (default 100, at most 10000)")
+    queue.add_argument("--format", default="csv", choices=("json", "jsonl", "csv"), help="output (default csv)")
+    queue.add_argument("--config", metavar="FILE.toml", help="TOML settings file; env STREAM_NDCG_CONFIG")
+    _add_setting_flags(queue, Settings.names())
+    queue.set_defaults(handler=cmd_judging_queue)
 
     dev = sub.add_parser("dev", help="start or stop a local Kafka broker and redis-server on loopback")
     dev.add_argument("action", choices=("up", "down"))

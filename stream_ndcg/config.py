@@ -158,6 +158,13 @@ class Settings:
         "0.0.0.0 in a container", values.word, metavar="HOST")
     metrics_port: int = setting(9464, "TCP port of /metrics, /healthz and /readyz", values.integer(1, 65535),
                                 metavar="PORT")
+    api_host: str = setting(
+        "127.0.0.1", "bind address of the drill-down API and page; loopback by default: query strings can be "
+        "personal data", values.word, metavar="HOST")
+    api_port: int = setting(9465, "TCP port of the drill-down API and page; 0 turns them off",
+                            values.integer(0, 65535), metavar="PORT")
+    api_token: str = setting("", "bearer token every API request must carry (empty: none); masked in all output",
+                             values.as_text, secret=True)
     batch_size: int = setting(500, "records per batch", values.integer(1), metavar="N")
     linger: int = setting(100, "longest wait for a batch", values.duration(0), metavar=_DURATION)
     max_results: int = setting(1000, "longest accepted list; longer impressions are rejected", values.integer(1),

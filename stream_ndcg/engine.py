@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from stream_ndcg.drilldown import Row, group_row
 from stream_ndcg.events import Event, Impression, InvalidEvent, Judgment, revision_precedence
 from stream_ndcg.metric import Measure, first_occurrences, ideal_dcg, list_sums, pooled_ndcg, pooled_sums, score_list
 from stream_ndcg.vocabulary import (
@@ -152,6 +153,8 @@ class BatchOutcome:
     impression_buckets: dict[str, int] = field(default_factory=dict)
     # (query, bucket, segment, list) -> impressions that showed it in this batch.
     lists: dict[tuple[str, int, str, tuple[str, ...]], int] = field(default_factory=dict)
+    # (query, bucket, segment) -> the drill-down row of each group written back (`drilldown.group_row`).
+    rows: dict[tuple[str, int, str], Row] = field(default_factory=dict)
     clock_ms: int | None = None
 
 
@@ -222,7 +225,13 @@ class Engine:
         # Credit once per batch, not once per event: a head query's group may
         # take hundreds of impressions in one batch.
         for query_id, change in outcome.changes.items():
-            self._recredit(outcome.touched[query_id], change, outcome.aggregates)
+            state = outcome.touched[query_id]
+            self._recredit(state, change, outcome.aggregates)
+            if change.dirty:
+                grades = state.grades()
+                for bucket, segment in change.dirty & state.groups.keys():
+                    outcome.rows[(query_id, bucket, segment)] = group_row(
+                        state.groups[(bucket, segment)], grades, self.measure.cutoffs)
         return outcome
 
     def _impression(

@@ -7,7 +7,10 @@
     │   ├── BrokerUnavailable       Kafka cannot be reached
     │   ├── ConsumerStalled         Kafka has records for us, the consumer returns none: rejoin
     │   └── UndecodableRecords      a batch compressed with a codec this install cannot decompress
-    └── FencedError                 another instance claimed the partition: drop it, do not write
+    ├── FencedError                 another instance claimed the partition: drop it, do not write
+    └── RequestError                a drill-down question that cannot be answered as asked
+        ├── BadParameter            a parameter is malformed or names nothing configured (HTTP 400)
+        └── NotFound                nothing is held for what was asked (HTTP 404)
 
 Bad input is not an exception: `events.parse_event` returns an `InvalidEvent`,
 which is counted and skipped (data, not an incident).
@@ -64,3 +67,23 @@ class UndecodableRecords(RecoverableError):
 
 class FencedError(StreamNdcgError):
     """A newer holder claimed the partition; this instance must not write to it."""
+
+
+class RequestError(StreamNdcgError):
+    """A drill-down question that cannot be answered as asked; the message starts with the parameter."""
+
+    status = 400
+
+    def __init__(self, parameter: str, problem: str) -> None:
+        super().__init__(f"{parameter}: {problem}")
+        self.parameter = parameter
+
+
+class BadParameter(RequestError):
+    """A parameter is malformed, out of range, or names something not configured."""
+
+
+class NotFound(RequestError):
+    """Nothing is held for what was asked."""
+
+    status = 404

@@ -39,8 +39,8 @@ from stream_ndcg.config import Settings
 from stream_ndcg.errors import StoreUnavailable
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.store import StateStore
-from stream_ndcg.vocabulary import EVENT_TYPES, AggregateKey, MetricName, duplicate, rejection_reason, segment_values
-from stream_ndcg.windows import window_means
+from stream_ndcg.vocabulary import EVENT_TYPES, MetricName, duplicate, rejection_reason
+from stream_ndcg.windows import by_segment_values, window_means
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class _StoreCollector(Collector):
                                         labels=["pipeline", "window", *seg])
         if now is not None:
             oldest = min(view.window_buckets(now, w)[0] for w in view.windows_ms)
-            by_segment = _by_segment(self.store.aggregates(since_bucket=oldest), view.segment_labels)
+            by_segment = by_segment_values(self.store.aggregates(since_bucket=oldest), view.segment_labels)
             for window in view.windows_ms:
                 first, last = view.window_buckets(now, window)
                 in_window = range(first, last + 1).__contains__
@@ -153,16 +153,6 @@ _QUALITY_GAUGES = (
 def _number(value: float | None) -> float:
     """A mean with nothing to average is NaN in Prometheus."""
     return math.nan if value is None else value
-
-
-def _by_segment(aggregates: dict[AggregateKey, float],
-                labels: tuple[str, ...]) -> dict[tuple[str, ...], dict[AggregateKey, float]]:
-    """The aggregates split by the values of the exported segment labels (segments that differ
-    only in other keys fall together)."""
-    parts: dict[tuple[str, ...], dict[AggregateKey, float]] = {}
-    for key, value in aggregates.items():
-        parts.setdefault(tuple(segment_values(key[1], labels)), {})[key] = value
-    return parts
 
 
 class Exporter:

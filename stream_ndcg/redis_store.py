@@ -26,6 +26,10 @@ Cluster hash tag, so that everything of one input partition P =
                                        behind the horizon (`windows.oldest_kept_bucket`)
     {ns:P}:agg:<bucket>        HASH    aggregate sums (`state_format`), TTL horizon
     {ns:P}:aggidx              ZSET    the buckets that have an agg hash
+    {ns:P}:rows:<bucket>       HASH    drill-down rows (`state_format`), TTL horizon
+    {ns:P}:rowlog              STREAM  the rows of each commit (one entry, field r: JSON
+                                       [[bucket, field, value]...]), trimmed to the last
+                                       ROW_LOG_MS, so that a drill-down reader reads what changed
 
 A batch costs two round trips: one pipelined read (query states, impression
 ids, clock) and one script call per partition that checks the epoch and the
@@ -69,11 +73,15 @@ from stream_ndcg import reconfigure, state_format
 from stream_ndcg.engine import QueryState
 from stream_ndcg.errors import ConfigError, FencedError, StoreUnavailable
 from stream_ndcg.state_cache import StateCache
-from stream_ndcg.store import Commit, Snapshot
+from stream_ndcg.store import Commit, RowRead, Snapshot
 from stream_ndcg.vocabulary import AggregateKey
 from stream_ndcg.windows import bucket_ttl_ms, oldest_kept_bucket
 
 logger = logging.getLogger(__name__)
+
+# How long the row log keeps a commit's rows: a drill-down reader that comes back later than this
+# reads the partition's rows whole again.
+ROW_LOG_MS = 120_000
 
 _COMMIT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -101,6 +109,16 @@ for _, a in ipairs(p.aggs) do
   for _, f in ipairs(a[4]) do redis.call('HINCRBYFLOAT', KEYS[a[1]], f[1], f[2]) end
   redis.call('PEXPIRE', KEYS[a[1]], a[2])
   redis.call('ZADD', KEYS[4], a[3], a[3])
+end
+for _, r in ipairs(p.rows) do
+  for i = 1, #r[3], 200 do redis.call('HSET', KEYS[r[1]], unpack(r[3], i, math.min(i + 199, #r[3]))) end
+  redis.call('PEXPIRE', KEYS[r[1]], r[2])
+end
+if ARGV[4] ~= '' then
+  local now = redis.call('TIME')
+  local oldest = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - tonumber(p.row_log_ms)
+  redis.call('XADD', KEYS[6], 'MINID', '~', string.format('%d', oldest), '*', 'r', ARGV[4])
+  redis.call('PEXPIRE', KEYS[6], p.row_log_ttl)
 end
 for _, c in ipairs(p.counts) do redis.call('HINCRBY', KEYS[3], c[1], c[2]) end
 redis.call('HSET', KEYS[2], 'offset', p.offset)
@@ -234,6 +252,14 @@ class RedisStore:
         self._admitted.clear()
         return rebuilt
 
+    def follow(self) -> bool:
+        _, generation_key, _ = self._config_keys()
+        with self._round_trip("generation read"):
+            generation = int(self.client.get(generation_key) or 0)
+        space = self.namespace if generation == 0 else f"{self.namespace}#{generation}"
+        moved, self._space = space != self._space, space
+        return moved
+
     def recorded_config(self) -> tuple[dict[str, object] | None, str | None]:
         held, found_format = self._read_config()
         return (orjson.loads(held) if held else None), found_format
@@ -292,9 +318,9 @@ class RedisStore:
             with self._round_trip("commit"):
                 pipe = self.client.pipeline(transaction=False)
                 for commit in commits:
-                    keys, payload = self._payload(commit)
+                    keys, payload, row_log = self._payload(commit)
                     expected = "" if commit.expected_offset is None else str(commit.expected_offset)
-                    pipe.execute_command("EVAL", _COMMIT, len(keys), *keys, commit.epoch, payload, expected)
+                    pipe.execute_command("EVAL", _COMMIT, len(keys), *keys, commit.epoch, payload, expected, row_log)
                 results = pipe.execute()
         except StoreUnavailable:
             for commit in commits:
@@ -312,9 +338,9 @@ class RedisStore:
         if refused:
             raise FencedError(f"batch not written for partition(s) {', '.join(refused)}")
 
-    def _payload(self, commit: Commit) -> tuple[list[str], str]:
+    def _payload(self, commit: Commit) -> tuple[list[str], str, str]:
         partition, outcome = commit.partition, commit.outcome
-        keys = [self._key(partition, name) for name in ("epoch", "meta", "counts", "aggidx", "imp")]
+        keys = [self._key(partition, name) for name in ("epoch", "meta", "counts", "aggidx", "imp", "rowlog")]
 
         def index(key: str) -> int:
             keys.append(key)
@@ -337,14 +363,19 @@ class RedisStore:
                        for item in (str(bucket), impression_id)]
         aggs = [[index(self._key(partition, "agg", b)), ttl(b), str(b), fields]
                 for b, fields in state_format.aggregate_increments(outcome).items()]
+        row_writes = state_format.row_writes(outcome)
+        rows = [[index(self._key(partition, "rows", b)), ttl(b), fields] for b, fields in row_writes.items()]
+        row_log = orjson.dumps([[b, fields[i], fields[i + 1]] for b, fields in row_writes.items()
+                                for i in range(0, len(fields), 2)]).decode() if row_writes else ""
         prune = str(oldest_kept_bucket(now, self.horizon_ms, self.bucket_ms)) if now is not None else None
         payload = {
-            "states": states, "lists": lists, "impressions": impressions, "aggs": aggs,
+            "states": states, "lists": lists, "impressions": impressions, "aggs": aggs, "rows": rows,
+            "row_log_ms": ROW_LOG_MS, "row_log_ttl": self.horizon_ms + self.bucket_ms,
             "counts": [[name, n] for name, n in outcome.counts.items()],
             "imp_ttl": max(map(ttl, outcome.impression_buckets.values()), default=0),
             "offset": str(commit.next_offset), "clock": str(clock) if clock is not None else None, "prune": prune,
         }
-        return keys, orjson.dumps(payload).decode()
+        return keys, orjson.dumps(payload).decode(), row_log
 
     def ranked_lists(self, partition: str, query_id: str) -> dict[tuple[int, str, tuple[str, ...]], int]:
         with self._round_trip("list read"):
@@ -360,6 +391,33 @@ class RedisStore:
                 segment, ranked = state_format.decode_list_field(raw_field)
                 held[(bucket, segment, ranked)] = int(count)
         return held
+
+    def read_rows(self, partition: str, cursor: str | None, since_bucket: int) -> RowRead:
+        log = self._key(partition, "rowlog")
+        if cursor is not None:
+            with self._round_trip("row log read"):
+                pipe = self.client.pipeline(transaction=False)
+                pipe.xinfo_stream(log)
+                pipe.xrange(log, min=f"({cursor}")
+                info, entries = pipe.execute(raise_on_error=False)
+            # A log gone (idle for a horizon) or trimmed past the cursor: read everything again.
+            if not isinstance(info, Exception) and not isinstance(entries, Exception):
+                deleted = info.get("max-deleted-entry-id") or info.get(b"max-deleted-entry-id") or b"0-0"
+                if _stream_id(deleted) <= _stream_id(cursor):
+                    rows = [(bucket, *state_format.decode_row_field(field), state_format.decode_row(value))
+                            for _, values in entries for bucket, field, value in orjson.loads(values[b"r"])]
+                    return RowRead(_text(entries[-1][0]) if entries else cursor, False, rows)
+        with self._round_trip("row read"):
+            # The log's end first: rows read after it are at least as new, and reading them again is harmless.
+            last = self.client.xrevrange(log, count=1)
+            buckets: list[Any] = list(self.client.zrangebyscore(self._key(partition, "aggidx"), since_bucket, "+inf"))
+            pipe = self.client.pipeline(transaction=False)
+            for bucket in buckets:
+                pipe.hgetall(self._key(partition, "rows", int(bucket)))
+            replies = pipe.execute()
+        rows = [(int(bucket), *state_format.decode_row_field(field), state_format.decode_row(value))
+                for bucket, held in zip(buckets, replies, strict=True) for field, value in held.items()]
+        return RowRead(_text(last[0][0]) if last else "0-0", True, rows)
 
     def partitions(self) -> list[str]:
         with self._round_trip("partition list"):
@@ -421,6 +479,11 @@ class RedisStore:
     def check(self) -> None:
         with self._round_trip("ping"):
             self.client.ping()
+
+
+def _stream_id(value: Any) -> tuple[int, int]:
+    milliseconds, _, sequence = _text(value).partition("-")
+    return int(milliseconds), int(sequence or 0)
 
 
 def _text(value: Any) -> str:

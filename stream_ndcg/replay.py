@@ -13,14 +13,17 @@ input counts, whenever it arrived.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from stream_ndcg.drilldown import add_into, figures, impression_row, row_fields
 from stream_ndcg.events import DEFAULT_LIMITS, Impression, InvalidEvent, Judgment, Limits, parse_event
 from stream_ndcg.metric import ListScore, Measure, list_sums, score_list
-from stream_ndcg.vocabulary import IMPRESSION, IMPRESSIONS, JUDGMENT, scored_at
+from stream_ndcg.setting_values import format_duration
+from stream_ndcg.vocabulary import IMPRESSION, IMPRESSIONS, JUDGMENT, full_segment_key, scored_at
 from stream_ndcg.windows import means
 
 
@@ -46,6 +49,8 @@ class Replay:
         self.rejected: Counter[str] = Counter()
         # The smallest event time applied, to notice files written in epoch seconds.
         self.earliest_ts: int | None = None
+        # The newest: where the event clock of the service would stand.
+        self.latest_ts: int | None = None
 
     def add(self, raw: bytes | str) -> InvalidEvent | None:
         """Apply one message; return its rejection, if any."""
@@ -57,6 +62,8 @@ class Replay:
             return event
         if self.earliest_ts is None or event.ts < self.earliest_ts:
             self.earliest_ts = event.ts
+        if self.latest_ts is None or event.ts > self.latest_ts:
+            self.latest_ts = event.ts
         if isinstance(event, Impression):
             if event.impression_id in self._impressions:
                 self.duplicates[IMPRESSION] += 1
@@ -96,6 +103,46 @@ class Replay:
                 "ndcg": {str(k): v for k, v in item.score.ndcg.items()},
                 "judged_ratio": {str(k): v for k, v in item.score.judged_ratio.items()},
             }
+
+    def query_rows(self, first_bucket: int | None = None, last_bucket: int | None = None,
+                   bucket_ms: int = 60_000) -> dict[tuple[str, str], list[float]]:
+        """The drill-down rows summed per (segment key, query) over the impressions of buckets
+        first..last (None: unbounded), each impression scored from scratch: what the service's
+        `drilldown.QueryIndex.window` holds for the same buckets."""
+        rows: dict[tuple[str, str], list[float]] = {}
+        grades_by_query: dict[str, dict[str, float]] = {}
+        for item in self.scored():
+            impression = item.impression
+            bucket = impression.ts // bucket_ms
+            below = first_bucket is not None and bucket < first_bucket
+            if below or (last_bucket is not None and bucket > last_bucket):
+                continue
+            grades = grades_by_query.get(impression.query_id)
+            if grades is None:
+                grades = grades_by_query[impression.query_id] = self.grades(impression.query_id)
+            row = impression_row(impression.results, item.score, grades, self.measure)
+            key = (full_segment_key(impression.segment), impression.query_id)
+            held = rows.get(key)
+            if held is None:
+                rows[key] = list(row)
+            else:
+                add_into(held, row)
+        return rows
+
+    def per_query(self, windows_ms: Iterable[int], bucket_ms: int) -> Iterator[dict[str, Any]]:
+        """`stream-ndcg replay --per-query`: per window (ending at the newest event, as the service's
+        event clock puts it; 0 for every impression), query and segment, the sums and figures the
+        drill-down API reports."""
+        fields = row_fields(self.measure.cutoffs)
+        last = None if self.latest_ts is None else self.latest_ts // bucket_ms
+        for window_ms in windows_ms:
+            first = None if last is None or not window_ms else last - window_ms // bucket_ms + 1
+            for (segment, query_id), row in sorted(self.query_rows(first, last, bucket_ms).items(),
+                                                   key=lambda item: (item[0][1], item[0][0])):
+                yield {"window": format_duration(window_ms) if window_ms else "all",
+                       "buckets": [first, last], "query_id": query_id, "segment": json.loads(segment),
+                       "sums": dict(zip(fields, row, strict=True)),
+                       "k": {str(k): figures(row, i) for i, k in enumerate(self.measure.cutoffs)}}
 
     def summary(self) -> dict[str, Any]:
         scored = list(self.scored())

@@ -5,15 +5,18 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from collections.abc import Callable
 
 from kafka import KafkaConsumer, KafkaProducer
 from prometheus_client import CollectorRegistry
 
+from stream_ndcg.api import Api
 from stream_ndcg.config import Settings
 from stream_ndcg.consumer import StreamProcessor
 from stream_ndcg.dead_letters import DeadLetters
 from stream_ndcg.engine import Engine
 from stream_ndcg.events import Limits
+from stream_ndcg.explorer import Explorer
 from stream_ndcg.exporter import Exporter, WindowView
 from stream_ndcg.kafka_source import KafkaSource
 from stream_ndcg.pipeline import BatchPipeline, RecordChecks
@@ -23,10 +26,8 @@ from stream_ndcg.segments import SegmentProjector
 logger = logging.getLogger(__name__)
 
 
-def build(settings: Settings, registry: CollectorRegistry | None = None) -> tuple[StreamProcessor, Exporter]:
-    registry = registry or CollectorRegistry()
-    holder: list[Exporter] = []
-    store = RedisStore(
+def redis_store(settings: Settings, observe_round_trip: Callable[[float], None] = lambda seconds: None) -> RedisStore:
+    return RedisStore(
         lambda: connect(settings.redis_url, cluster=settings.redis_cluster, ca_file=settings.redis_ca_file),
         namespace=settings.key_namespace,
         bucket_ms=settings.bucket,
@@ -34,8 +35,14 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
         state_ttl_ms=settings.judgment_ttl,
         wall_clock=settings.clock == "wall",
         cache_groups=settings.state_cache_groups,
-        observe_round_trip=lambda seconds: holder[0].redis_seconds.observe(seconds) if holder else None,
+        observe_round_trip=observe_round_trip,
     )
+
+
+def build(settings: Settings, registry: CollectorRegistry | None = None) -> tuple[StreamProcessor, Exporter]:
+    registry = registry or CollectorRegistry()
+    holder: list[Exporter] = []
+    store = redis_store(settings, lambda seconds: holder[0].redis_seconds.observe(seconds) if holder else None)
     # The image sets the source revision at build time (Dockerfile ARG REVISION); it is not a setting.
     exporter = Exporter(registry, store, WindowView.from_settings(settings),
                         revision=os.environ.get("STREAM_NDCG_REVISION", "unknown"))
@@ -76,15 +83,27 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
     return processor, exporter
 
 
+def explorer(settings: Settings) -> Explorer:
+    """The drill-down's reader, on a store of its own: its reads never touch the consumer's cache."""
+    return Explorer(redis_store(settings), WindowView.from_settings(settings), settings.measure, settings.horizon)
+
+
 def run(settings: Settings) -> int:
-    """`stream-ndcg run`: serve metrics and consume until SIGTERM or Ctrl-C; exit 0."""
+    """`stream-ndcg run`: serve metrics (and the drill-down API) and consume until SIGTERM or Ctrl-C; exit 0."""
     processor, exporter = build(settings)
     port = exporter.serve(settings.metrics_host, settings.metrics_port, ready=processor.ready)
     logger.info("metrics on http://%s:%d/metrics", settings.metrics_host, port)
+    api = None
+    if settings.api_port:
+        api = Api(explorer(settings), token=settings.api_token)
+        api_port = api.serve(settings.api_host, settings.api_port)
+        logger.info("drill-down API and page on http://%s:%d/", settings.api_host, api_port)
     signal.signal(signal.SIGTERM, processor.shutdown)
     signal.signal(signal.SIGINT, processor.shutdown)
     try:
         processor.run()
     finally:
         exporter.close()
+        if api is not None:
+            api.close()
     return 0

@@ -13,8 +13,13 @@ A query state is one hash:
                            "r": {doc: {first rank: impressions}}, "l": [[list, impressions]]}
 
 Beside it, a query's ranked lists of one bucket are a hash of JSON
-``[segment, list]`` -> impressions, and the aggregate sums of one bucket a hash
-of ``<segment>|<field>`` -> sum (field names from `vocabulary`).
+``[segment, list]`` -> impressions, the aggregate sums of one bucket a hash
+of ``<segment>|<field>`` -> sum (field names from `vocabulary`), and the
+drill-down rows of one bucket a hash of ``<segment>\x1f<query>`` -> the row's
+values, comma-separated in `drilldown.row_fields` order (a row holds the sums
+of one group; rows arrived with format version 1 and are optional: state
+written before them has none, and the drill-down sees its groups once they
+are re-credited).
 
 `FORMAT_VERSION` numbers this layout. A store records it with the state and
 refuses state recorded with another one (`check_format`); state recorded before
@@ -28,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from stream_ndcg.drilldown import Row
 from stream_ndcg.engine import BatchOutcome, Group, QueryChange, QueryState, Revision
 from stream_ndcg.errors import ConfigError
 
@@ -147,3 +153,30 @@ def decode_aggregate_field(raw: bytes | str) -> tuple[str, str]:
 def encode_sum(value: float) -> str:
     # repr() is the shortest string that reads back as the same double.
     return repr(value)
+
+
+def row_field(segment: str, query_id: str) -> str:
+    # A segment key is JSON, which escapes every control character: the first \x1f ends it.
+    return f"{segment}\x1f{query_id}"
+
+
+def decode_row_field(raw: bytes | str) -> tuple[str, str]:
+    """(segment, query id) of a row's field."""
+    segment, _, query_id = (raw.decode() if isinstance(raw, bytes) else raw).partition("\x1f")
+    return segment, query_id
+
+
+def encode_row(row: Row) -> str:
+    return ",".join(map(encode_sum, row))
+
+
+def decode_row(raw: bytes | str) -> Row:
+    return tuple(map(float, (raw.decode() if isinstance(raw, bytes) else raw).split(",")))
+
+
+def row_writes(outcome: BatchOutcome) -> dict[int, list[str]]:
+    """The batch's drill-down rows: bucket -> [field, value, field, value...]."""
+    writes: dict[int, list[str]] = {}
+    for (query_id, bucket, segment), row in outcome.rows.items():
+        writes.setdefault(bucket, []).extend((row_field(segment, query_id), encode_row(row)))
+    return writes

@@ -23,6 +23,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from stream_ndcg.drilldown import Row
 from stream_ndcg.engine import BatchOutcome, QueryState
 from stream_ndcg.errors import FencedError
 from stream_ndcg.reconfigure import decide
@@ -38,6 +39,19 @@ class Snapshot:
     states: dict[str, QueryState]
     known_impressions: set[str]
     clock_ms: int | None
+
+
+@dataclass
+class RowRead:
+    """The drill-down rows a store gives a reader of one partition (see `drilldown.QueryIndex`)."""
+
+    # Where the next read goes on from.
+    cursor: str | None
+    # True: `rows` are all the rows held (the reader was too far behind, or new), so forget the
+    # partition's rows first; False: the rows written since the cursor (some perhaps again).
+    whole: bool
+    # (bucket, segment, query id, row)
+    rows: list[tuple[int, str, str, Row]]
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,15 @@ class StateStore(Protocol):
 
     def ranked_lists(self, partition: str, query_id: str) -> dict[tuple[int, str, tuple[str, ...]], int]:
         """The distinct ranked lists of a query held in the horizon: (bucket, segment, list) -> impressions."""
+        ...
+
+    def read_rows(self, partition: str, cursor: str | None, since_bucket: int) -> RowRead:
+        """The drill-down rows of a partition written after `cursor`; all of them from `since_bucket`
+        on when `cursor` is None or too old to read on from."""
+        ...
+
+    def partitions(self) -> list[str]:
+        """Every partition ever claimed."""
         ...
 
     def aggregates(self, since_bucket: int | None = None) -> dict[AggregateKey, float]:
@@ -113,6 +136,11 @@ class StateStore(Protocol):
         """The metric configuration recorded with the state (None: none yet) and its format version."""
         ...
 
+    def follow(self) -> bool:
+        """For a reader that never adopts: read the newest generation of the state (the one the
+        last rebuild started); True if it is not the one read before."""
+        ...
+
 
 @dataclass
 class _Partition:
@@ -122,6 +150,9 @@ class _Partition:
     states: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
     lists: dict[str, dict[tuple[int, str, tuple[str, ...]], int]] = field(default_factory=dict)
     impressions: dict[str, int] = field(default_factory=dict)
+    rows: dict[int, dict[tuple[str, str], Row]] = field(default_factory=dict)
+    # The rows of each commit, in order: a cursor is a position in it.
+    row_log: list[list[tuple[int, str, str, Row]]] = field(default_factory=list)
 
 
 class MemoryStore:
@@ -161,6 +192,10 @@ class MemoryStore:
     def recorded_config(self) -> tuple[dict[str, object] | None, str | None]:
         return (None if self._config is None else dict(self._config)), self.format_version
 
+    def follow(self) -> bool:
+        """One object holds every generation's state: there is nothing to move to."""
+        return False
+
     def _partition(self, name: str) -> _Partition:
         return self._partitions.setdefault(name, _Partition())
 
@@ -198,6 +233,10 @@ class MemoryStore:
                 held[(bucket, segment, ranked)] = held.get((bucket, segment, ranked), 0) + count
             for key, change in outcome.aggregates.items():
                 self._aggregates[key] = self._aggregates.get(key, 0.0) + change
+            written = [(bucket, segment, query_id, row) for (query_id, bucket, segment), row in outcome.rows.items()]
+            for bucket, segment, query_id, row in written:
+                part.rows.setdefault(bucket, {})[(segment, query_id)] = row
+            part.row_log.append(written)
             self._counts.update(outcome.counts)
             part.next_offset = commit.next_offset
             if outcome.clock_ms is not None:
@@ -214,6 +253,20 @@ class MemoryStore:
                 del held[stale]
         for key in [key for key in self._aggregates if key[0] < oldest]:
             del self._aggregates[key]
+        for bucket in [bucket for bucket in part.rows if bucket < oldest]:
+            del part.rows[bucket]
+
+    def read_rows(self, partition: str, cursor: str | None, since_bucket: int) -> RowRead:
+        part = self._partition(partition)
+        if cursor is None:
+            rows = [(bucket, segment, query_id, row) for bucket, held in part.rows.items() if bucket >= since_bucket
+                    for (segment, query_id), row in held.items()]
+            return RowRead(str(len(part.row_log)), True, rows)
+        return RowRead(str(len(part.row_log)), False,
+                       [row for written in part.row_log[int(cursor):] for row in written])
+
+    def partitions(self) -> list[str]:
+        return sorted(self._partitions)
 
     def aggregates(self, since_bucket: int | None = None) -> dict[AggregateKey, float]:
         return {k: v for k, v in self._aggregates.items() if since_bucket is None or k[0] >= since_bucket}

@@ -46,6 +46,17 @@ def judged_at(k: int) -> str:
     return f"judged@{k}"
 
 
+def exposure_at(k: int) -> str:
+    """The sum of the top-k exposure, 1 / log2(rank + 1) per distinct document at rank <= k
+    (drill-down rows only: what the judging queue shares out)."""
+    return f"exposure@{k}"
+
+
+def unjudged_at(k: int) -> str:
+    """The part of `exposure_at` held by documents without a grade (drill-down rows only)."""
+    return f"unjudged@{k}"
+
+
 # Event counts: accepted events by type, and the ones ignored or refused.
 IMPRESSION: Final = "impression"
 JUDGMENT: Final = "judgment"

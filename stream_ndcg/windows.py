@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 
-from stream_ndcg.vocabulary import IMPRESSIONS, AggregateKey, dcg_at, judged_at, ndcg_at, scored_at
+from stream_ndcg.vocabulary import IMPRESSIONS, AggregateKey, dcg_at, judged_at, ndcg_at, scored_at, segment_values
 
 
 def oldest_kept_bucket(clock_ms: float, horizon_ms: int, bucket_ms: int) -> int:
@@ -78,3 +78,13 @@ def window_means(
 ) -> dict[str, dict[str, float | None]]:
     """`means` of the buckets that `buckets` admits, all segments of `aggregates` together."""
     return means(field_sums(aggregates, buckets), cutoffs)
+
+
+def by_segment_values(aggregates: Mapping[AggregateKey, float],
+                      labels: tuple[str, ...]) -> dict[tuple[str, ...], dict[AggregateKey, float]]:
+    """The aggregates split by the values of the exported segment labels (segments that differ
+    only in other keys fall together)."""
+    parts: dict[tuple[str, ...], dict[AggregateKey, float]] = {}
+    for key, value in aggregates.items():
+        parts.setdefault(tuple(segment_values(key[1], labels)), {})[key] = value
+    return parts

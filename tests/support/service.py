@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,8 +13,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.error import URLError
-from urllib.request import urlopen
+from typing import Any
+from urllib.error import HTTPError, URLError
+from urllib.request import Request, urlopen
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -46,13 +48,16 @@ class Service:
     env: dict[str, str]
     workdir: Path
     port: int = field(default_factory=free_port)
+    # The drill-down API's listener.
+    api_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
     # The interpreter that runs it, with its flags: by default the one running the tests.
     python: tuple[str, ...] = (sys.executable,)
 
     def start(self) -> None:
-        env = dict(os.environ, **self.env, STREAM_NDCG_METRICS_PORT=str(self.port))
+        env = dict(os.environ, STREAM_NDCG_API_PORT=str(self.api_port), **self.env,
+                   STREAM_NDCG_METRICS_PORT=str(self.port))
         log = open(self.workdir / f"service-{self.port}-{self.starts}.log", "wb")  # noqa: SIM115
         self.starts += 1
         self.process = subprocess.Popen([*self.python, "-m", "stream_ndcg.cli", "run"], env=env,
@@ -105,6 +110,20 @@ class Service:
                 assert labels.pop("pipeline", pipeline) == pipeline, sample
                 samples[(sample.name, tuple(sorted(labels.items())))] = sample.value
         return samples
+
+    def api(self, path: str, token: str = "") -> tuple[int, Any]:
+        """GET an API path: the status and the decoded JSON body (the text, if it is not JSON)."""
+        request = Request(f"http://127.0.0.1:{self.api_port}{path}",
+                          headers={"Authorization": f"Bearer {token}"} if token else {})
+        try:
+            with urlopen(request, timeout=30) as response:  # noqa: S310
+                status, body = response.status, response.read()
+        except HTTPError as exc:
+            status, body = exc.code, exc.read()
+        try:
+            return status, json.loads(body)
+        except ValueError:
+            return status, body.decode()
 
     def ready(self) -> bool:
         try:

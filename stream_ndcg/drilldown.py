@@ -1,0 +1,368 @@
+"""Drill-down: the per-query figures behind a window's means, and what to judge next.
+
+Standard library only. The engine writes one *row* per group it re-credits:
+the sums a group of impressions (one query, one time bucket, one segment) adds
+to the window means, in the order of `row_fields`, plus the top-k exposure it
+gives documents, judged or not. A store keeps the rows of every bucket and a
+log of the rows each commit wrote; `QueryIndex` holds them in memory and keeps
+running sums per window, moved by the changes since its last read and by the
+buckets a sliding window takes in and lets go, so a request reads sums, not
+impressions. The replay computes the same rows impression by impression
+(`impression_row`), which is what the tests compare.
+
+    index = QueryIndex(row_fields((10,)))
+    index.put("t:0", 28_000_000, '{"variant":"B"}', "q1", (3.0, ...))
+    table = query_table(index.window(27_999_941, 28_000_000), {"variant": "B"})
+
+Exposure of a document in one impression: 1 / log2(rank + 1) at its first
+rank, if that is <= k. The judging queue ranks unjudged (query, document)
+pairs by their exposure over the window, as a share of all the window's top-k
+exposure: the judgments that would move the most impressions from unjudged to
+judged. Its search is exact and reads only the queries that can still make the
+list: a query's unjudged exposure bounds every one of its pairs.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import json
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from stream_ndcg.metric import ListScore, Measure, discount, first_occurrences, ideal_dcg, score_list
+from stream_ndcg.vocabulary import IMPRESSIONS, MISSING, dcg_at, exposure_at, judged_at, ndcg_at, scored_at, unjudged_at
+
+if TYPE_CHECKING:  # the engine writes rows with `group_row`: a run-time import would be circular
+    from stream_ndcg.engine import Group, QueryState
+
+Row = tuple[float, ...]
+# (partition, segment key, query id): whose row it is, within one bucket.
+RowKey = tuple[str, str, str]
+SegmentFilter = Mapping[str, str]
+_PER_K = (ndcg_at, dcg_at, scored_at, judged_at, exposure_at, unjudged_at)
+# Where each figure of cut-off number i sits in a row.
+_NDCG, _DCG, _SCORED, _JUDGED, _EXPOSURE, _UNJUDGED = range(6)
+
+
+def row_fields(cutoffs: Sequence[int]) -> tuple[str, ...]:
+    """The names of a row's values, in order: impressions, then six per cut-off."""
+    return (IMPRESSIONS, *(name(k) for k in cutoffs for name in _PER_K))
+
+
+def _at(cutoff_index: int, figure: int) -> int:
+    return 1 + 6 * cutoff_index + figure
+
+
+def exposures(ranks: Mapping[str, Mapping[int, int]], grades: Mapping[str, float],
+              k: int) -> tuple[float, float]:
+    """The top-k exposure of a group's documents ({doc: {first rank: impressions}}), and its unjudged part."""
+    total, unjudged = [], []
+    for doc, at in ranks.items():
+        for rank, count in at.items():
+            if rank <= k:
+                total.append(count * discount(rank))
+                if doc not in grades:
+                    unjudged.append(count * discount(rank))
+    return math.fsum(total), math.fsum(unjudged)
+
+
+def group_row(group: Group, grades: Mapping[str, float], cutoffs: Sequence[int]) -> Row:
+    """A group's row: what it credited to the aggregates, and its exposure."""
+    values = [float(group.impressions)]
+    credited = group.credited
+    for k in cutoffs:
+        exposure, unjudged = exposures(group.ranks, grades, k)
+        values += [credited.get(ndcg_at(k), 0.0), credited.get(dcg_at(k), 0.0), credited.get(scored_at(k), 0.0),
+                   credited.get(judged_at(k), 0.0), exposure, unjudged]
+    return tuple(values)
+
+
+def impression_row(results: Sequence[str], score: ListScore, grades: Mapping[str, float],
+                   measure: Measure) -> Row:
+    """One impression's row, from its list scored from scratch (the replay's side)."""
+    ranked = first_occurrences(results, measure.depth)
+    values = [1.0]
+    for k in measure.cutoffs:
+        ndcg = score.ndcg[k]
+        exposure = math.fsum(discount(rank) for rank, _ in ranked if rank <= k)
+        unjudged = math.fsum(discount(rank) for rank, doc in ranked if rank <= k and doc not in grades)
+        values += [ndcg or 0.0, score.dcg[k], 0.0 if ndcg is None else 1.0, score.judged_ratio[k], exposure, unjudged]
+    return tuple(values)
+
+
+def add_into(total: list[float], row: Sequence[float], sign: float = 1.0) -> None:
+    for i, value in enumerate(row):
+        total[i] += sign * value
+
+
+@functools.lru_cache(maxsize=4096)
+def _segment(segment_key: str) -> dict[str, str]:
+    return {str(k): str(v) for k, v in json.loads(segment_key).items()} if segment_key else {}
+
+
+def matches(segment_key: str, wanted: SegmentFilter) -> bool:
+    """Whether a segment key has every wanted label value (a label it lacks is `none`)."""
+    segment = _segment(segment_key)
+    return all(segment.get(label, MISSING) == value for label, value in wanted.items())
+
+
+@dataclass
+class _View:
+    first: int
+    last: int
+    # (segment, query) -> summed row, over the buckets first..last of every partition.
+    sums: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+
+
+class QueryIndex:
+    """The rows of every bucket held, and running sums over the windows asked for.
+
+    `put` replaces one row (rows are absolute: a store's log may repeat one);
+    a window's sums are kept and moved along as later requests slide it, so a
+    request costs what changed since the last, not what the window holds.
+    """
+
+    # Running windows kept: the windows of a page (with their previous ones) fit many times over.
+    MAX_VIEWS = 16
+
+    def __init__(self, fields: Sequence[str]) -> None:
+        self.fields = tuple(fields)
+        self._buckets: dict[int, dict[RowKey, Row]] = {}
+        self._views: OrderedDict[tuple[int, int], _View] = OrderedDict()
+
+    def put(self, partition: str, bucket: int, segment: str, query_id: str, row: Row) -> None:
+        if len(row) != len(self.fields):
+            raise ValueError(f"a row of {len(row)} values, not {len(self.fields)}: written by another configuration")
+        rows = self._buckets.setdefault(bucket, {})
+        key = (partition, segment, query_id)
+        old = rows.get(key)
+        rows[key] = row
+        for view in self._views.values():
+            if view.first <= bucket <= view.last:
+                if old is not None:
+                    self._move(view, (segment, query_id), old, -1.0)
+                self._move(view, (segment, query_id), row, 1.0)
+
+    def drop_partition(self, partition: str) -> None:
+        """Forget every row of a partition (before reading it whole again)."""
+        for rows in self._buckets.values():
+            for key in [key for key in rows if key[0] == partition]:
+                del rows[key]
+        self._views.clear()
+
+    def drop_before(self, bucket: int) -> None:
+        """Forget the buckets behind the horizon."""
+        for old in [b for b in self._buckets if b < bucket]:
+            del self._buckets[old]
+
+    def partitions_of(self, query_id: str) -> set[str]:
+        return {p for rows in self._buckets.values() for (p, _, q) in rows if q == query_id}
+
+    def window(self, first: int, last: int) -> dict[tuple[str, str], list[float]]:
+        """The summed rows of buckets first..last, by (segment, query); do not modify them."""
+        view = self._views.get((first, last))
+        if view is None:
+            view = self._slid_view(first, last) or self._new_view(first, last)
+        self._views[(first, last)] = view
+        self._views.move_to_end((first, last))
+        while len(self._views) > self.MAX_VIEWS:
+            self._views.popitem(last=False)
+        return view.sums
+
+    def _slid_view(self, first: int, last: int) -> _View | None:
+        """The nearest older view of the same length, moved forward: what left it taken out, what
+        entered it added (None if none is close enough to be cheaper than a new sum)."""
+        length = last - first
+        older = [v for v in self._views.values() if v.last - v.first == length and first - length <= v.first < first]
+        if not older:
+            return None
+        view = max(older, key=lambda v: v.first)
+        del self._views[(view.first, view.last)]
+        for bucket in range(view.first, first):
+            self._add_bucket(view, bucket, -1.0)
+        for bucket in range(max(view.last + 1, first), last + 1):
+            self._add_bucket(view, bucket, 1.0)
+        view.first, view.last = first, last
+        return view
+
+    def _new_view(self, first: int, last: int) -> _View:
+        view = _View(first, last)
+        for bucket in range(first, last + 1):
+            self._add_bucket(view, bucket, 1.0)
+        return view
+
+    def _add_bucket(self, view: _View, bucket: int, sign: float) -> None:
+        for (_, segment, query_id), row in self._buckets.get(bucket, {}).items():
+            self._move(view, (segment, query_id), row, sign)
+
+    @staticmethod
+    def _move(view: _View, key: tuple[str, str], row: Sequence[float], sign: float) -> None:
+        total = view.sums.get(key)
+        if total is None:
+            total = view.sums[key] = [0.0] * len(row)
+        add_into(total, row, sign)
+        # Impressions are whole numbers, exact in a float: a row that left for good left nothing.
+        if total[0] <= 0.0:
+            del view.sums[key]
+
+
+def query_table(sums: Mapping[tuple[str, str], list[float]], wanted: SegmentFilter) -> dict[str, list[float]]:
+    """The window's sums per query, over the segments `wanted` admits."""
+    table: dict[str, list[float]] = {}
+    for (segment, query_id), row in sums.items():
+        if matches(segment, wanted):
+            total = table.get(query_id)
+            if total is None:
+                table[query_id] = list(row)
+            else:
+                add_into(total, row)
+    return table
+
+
+def figures(row: Sequence[float], cutoff_index: int) -> dict[str, float | None]:
+    """A query's figures at one cut-off: impressions, scored impressions and the three means."""
+    impressions, scored = row[0], row[_at(cutoff_index, _SCORED)]
+    return {
+        "impressions": impressions,
+        "scored_impressions": scored,
+        "ndcg": row[_at(cutoff_index, _NDCG)] / scored if scored else None,
+        "dcg": row[_at(cutoff_index, _DCG)] / impressions if impressions else None,
+        "judged_ratio": row[_at(cutoff_index, _JUDGED)] / impressions if impressions else None,
+    }
+
+
+FIGURES = ("impressions", "scored_impressions", "ndcg", "dcg", "judged_ratio")
+COMPARED = ("impressions", "ndcg", "dcg", "judged_ratio")
+SORTS = ("query_id", *FIGURES, *(f"change_{name}" for name in COMPARED))
+
+
+def compare(table: Mapping[str, Sequence[float]], other: Mapping[str, Sequence[float]] | None, cutoff_index: int,
+            min_impressions: float) -> list[dict[str, Any]]:
+    """One record per query with at least `min_impressions`: its figures, and with `other` the
+    other side's figures and the change from them (None where either side has no value)."""
+    records = []
+    for query_id, row in table.items():
+        if row[0] < min_impressions:
+            continue
+        record: dict[str, Any] = {"query_id": query_id, **figures(row, cutoff_index), "vs": None, "change": None}
+        if other is not None:
+            theirs = other.get(query_id)
+            then = figures(theirs, cutoff_index) if theirs is not None else dict.fromkeys(FIGURES)
+            record["vs"] = then
+            record["change"] = {name: None if record[name] is None or then[name] is None else record[name] - then[name]
+                                for name in COMPARED}
+        records.append(record)
+    return records
+
+
+def sort_records(records: list[dict[str, Any]], sort: str, descending: bool) -> list[dict[str, Any]]:
+    """Sorted by one column, missing values last whatever the order; ties by query id."""
+    if sort.startswith("change_"):
+        def value(record: dict[str, Any]) -> Any:
+            return (record["change"] or {}).get(sort.removeprefix("change_"))
+    else:
+        def value(record: dict[str, Any]) -> Any:
+            return record[sort]
+    present = [r for r in records if value(r) is not None]
+    missing = [r for r in records if value(r) is None]
+    present.sort(key=lambda r: r["query_id"])
+    present.sort(key=value, reverse=descending)
+    missing.sort(key=lambda r: r["query_id"])
+    return present + missing
+
+
+@dataclass(frozen=True)
+class Pair:
+    """An unjudged (query, document) pair of the judging queue."""
+
+    query_id: str
+    doc_id: str
+    exposure: float
+    best_rank: int
+
+
+def pair_exposures(state: QueryState, first: int, last: int, wanted: SegmentFilter, k: int) -> dict[str, Pair]:
+    """The exposure of each unjudged document of one query over buckets first..last."""
+    grades = state.grades()
+    parts: dict[str, list[float]] = {}
+    best: dict[str, int] = {}
+    for (bucket, segment), group in state.groups.items():
+        if not first <= bucket <= last or not matches(segment, wanted):
+            continue
+        for doc, at in group.ranks.items():
+            if doc in grades:
+                continue
+            for rank, count in at.items():
+                if rank <= k:
+                    parts.setdefault(doc, []).append(count * discount(rank))
+                    best[doc] = min(best.get(doc, rank), rank)
+    return {doc: Pair("", doc, math.fsum(values), best[doc]) for doc, values in parts.items()}
+
+
+def judging_queue(
+    table: Mapping[str, Sequence[float]],
+    cutoff_index: int,
+    limit: int,
+    pairs_of: Callable[[list[str]], Mapping[str, Mapping[str, Pair]]],
+    chunk: int = 64,
+) -> list[Pair]:
+    """The `limit` unjudged pairs of most exposure, exposure descending, ties by query then document.
+
+    `pairs_of(query_ids)` gives each query's `pair_exposures`. Queries are read in order of
+    their unjudged exposure and the search stops at the first that cannot beat the pairs held.
+    """
+    unjudged = _at(cutoff_index, _UNJUDGED)
+    order = sorted((q for q, row in table.items() if row[unjudged] > 0.0), key=lambda q: (-table[q][unjudged], q))
+    held: list[tuple[float, str, str, Pair]] = []  # a min-heap on (exposure, reversed tie order)
+    for start in range(0, len(order), chunk):
+        queries = order[start:start + chunk]
+        if len(held) >= limit and table[queries[0]][unjudged] < held[0][0]:
+            break
+        for query_id, pairs in pairs_of(queries).items():
+            for pair in pairs.values():
+                item = (pair.exposure, _reverse(query_id), _reverse(pair.doc_id),
+                        Pair(query_id, pair.doc_id, pair.exposure, pair.best_rank))
+                if len(held) < limit:
+                    heapq.heappush(held, item)
+                elif item[:3] > held[0][:3]:
+                    heapq.heapreplace(held, item)
+    return [item[3] for item in sorted(held, key=lambda item: item[:3], reverse=True)]
+
+
+def _reverse(text: str) -> str:
+    """A key that orders strings backwards, so the min-heap drops the last in (query, doc) order first."""
+    return "".join(chr(0x10FFFF - ord(c)) for c in text) + "\U0010ffff"
+
+
+def total_exposure(table: Mapping[str, Sequence[float]], cutoff_index: int) -> float:
+    return math.fsum(row[_at(cutoff_index, _EXPOSURE)] for row in table.values())
+
+
+def list_details(lists: Iterable[tuple[tuple[str, ...], str, int]], grades: Mapping[str, float],
+                 measure: Measure) -> list[dict[str, Any]]:
+    """The distinct ranked lists of (list, segment key, impressions) entries, merged across
+    buckets and segments, most shown first, each scored against the query's grades."""
+    merged: dict[tuple[str, ...], dict[str, int]] = {}
+    for ranked, segment, count in lists:
+        by_segment = merged.setdefault(ranked, {})
+        by_segment[segment] = by_segment.get(segment, 0) + count
+    details: list[dict[str, Any]] = []
+    for ranked, by_segment in merged.items():
+        score = score_list(ranked, grades, measure)
+        own = [measure.gain_of(grades[doc]) for _, doc in first_occurrences(ranked, measure.depth) if doc in grades]
+        details.append({
+            "impressions": sum(by_segment.values()),
+            "segments": [{"segment": _segment(s), "impressions": n} for s, n in sorted(by_segment.items())],
+            "results": [{"rank": rank, "doc_id": doc, "grade": grades.get(doc)}
+                        for rank, doc in enumerate(ranked, start=1)],
+            "dcg": {str(k): score.dcg[k] for k in measure.cutoffs},
+            "ndcg": {str(k): score.ndcg[k] for k in measure.cutoffs},
+            "ideal_dcg": {str(k): ideal_dcg([measure.gain_of(g) for g in grades.values()]
+                                            if measure.ideal == "pool" else own, k) for k in measure.cutoffs},
+        })
+    details.sort(key=lambda d: (-int(d["impressions"]), [r["doc_id"] for r in d["results"]]))
+    return details

@@ -1,0 +1,309 @@
+"""The drill-down questions, answered from a store: the API's and `stream-ndcg judging-queue`'s.
+
+An `Explorer` reads the shared state (so any instance answers for every
+partition) and keeps a `drilldown.QueryIndex` of its rows, brought up to date
+before each answer by reading only what the store logged since the last one.
+Its answers are plain JSON-ready dicts. `Question.parse` turns request
+parameters into a checked question, and refuses a bad one with a
+`BadParameter` that names the parameter.
+
+    explorer = Explorer(store, WindowView.from_settings(settings), settings.measure, settings.horizon)
+    explorer.queries(Question.parse({"window": ["1h"], "k": ["10"], "segment.variant": ["B"]}, explorer.view))
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stream_ndcg import drilldown
+from stream_ndcg.errors import BadParameter, NotFound
+from stream_ndcg.exporter import WindowView
+from stream_ndcg.metric import Measure, ideal_dcg
+from stream_ndcg.setting_values import Bad, duration, format_duration
+from stream_ndcg.store import StateStore
+from stream_ndcg.windows import by_segment_values, oldest_kept_bucket, window_means
+
+# The most rows one answer pages through, and the longest query id asked for (the event contract's).
+MAX_LIMIT = {"queries": 1000, "judging-queue": 10_000}
+MAX_QUERY_ID = 512
+_ORDERS = ("asc", "desc")
+_FORMATS = ("json", "jsonl", "csv")
+_KNOWN = {"window", "k", "sort", "order", "limit", "offset", "min_impressions", "vs", "format"}
+
+
+@dataclass(frozen=True)
+class Question:
+    """A checked drill-down request."""
+
+    window_ms: int
+    k: int
+    segment: dict[str, str] = field(default_factory=dict)
+    # None, "previous", or (label, value): another value of one segment label.
+    vs: str | tuple[str, str] | None = None
+    sort: str = "ndcg"
+    descending: bool = False
+    limit: int = 50
+    offset: int = 0
+    min_impressions: int = 1
+    format: str = "json"
+
+    @classmethod
+    def parse(cls, params: Mapping[str, Sequence[str]], view: WindowView, kind: str = "queries") -> Question:
+        """From query-string parameters (each a list of values, as `urllib.parse.parse_qs` gives)."""
+        def one(name: str, default: str) -> str:
+            values = params.get(name)
+            if not values:
+                return default
+            if len(values) > 1:
+                raise BadParameter(name, "given more than once")
+            return values[0]
+
+        for name in params:
+            if name not in _KNOWN and not name.startswith("segment."):
+                raise BadParameter(name, f"unknown parameter (known: {', '.join(sorted(_KNOWN))}, segment.<label>)")
+        windows = {format_duration(w): w for w in view.windows_ms}
+        window_text = one("window", format_duration(view.windows_ms[0]))
+        try:
+            window_ms = duration(1)(window_text)
+        except Bad:
+            window_ms = -1
+        if window_ms not in view.windows_ms:
+            raise BadParameter("window", f"{window_text!r} is not a configured window ({', '.join(windows)})")
+        k = _integer("k", one("k", str(view.cutoffs[-1])), 1)
+        if k not in view.cutoffs:
+            raise BadParameter("k", f"{k} is not a configured cut-off ({', '.join(map(str, view.cutoffs))})")
+        segment = {}
+        for name in params:
+            if name.startswith("segment."):
+                label = name.removeprefix("segment.")
+                if label not in view.segment_labels:
+                    raise BadParameter(name, f"{label!r} is not a segment label "
+                                             f"({', '.join(view.segment_labels) or 'none configured'})")
+                segment[label] = one(name, "")
+        vs = _comparison(one("vs", ""), view)
+        sort = one("sort", "ndcg")
+        if sort not in drilldown.SORTS:
+            raise BadParameter("sort", f"{sort!r} is not a column ({', '.join(drilldown.SORTS)})")
+        if sort.startswith("change_") and vs is None:
+            raise BadParameter("sort", f"{sort!r} needs a comparison: add vs=previous or vs=<label>:<value>")
+        order = one("order", "asc")
+        if order not in _ORDERS:
+            raise BadParameter("order", f"{order!r} is not asc or desc")
+        cap = MAX_LIMIT[kind]
+        limit = _integer("limit", one("limit", "100" if kind == "judging-queue" else "50"), 1, cap)
+        form = one("format", "json")
+        if form not in _FORMATS:
+            raise BadParameter("format", f"{form!r} is not one of {', '.join(_FORMATS)}")
+        return cls(window_ms=window_ms, k=k, segment=segment, vs=vs, sort=sort, descending=order == "desc",
+                   limit=limit, offset=_integer("offset", one("offset", "0"), 0),
+                   min_impressions=_integer("min_impressions", one("min_impressions", "1"), 0), format=form)
+
+
+def _integer(name: str, text: str, least: int, most: int | None = None) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadParameter(name, f"{text[:40]!r} is not a whole number") from None
+    if value < least or (most is not None and value > most):
+        raise BadParameter(name, f"{value} is out of range: {least} to {most}" if most is not None
+                           else f"{value} is out of range: at least {least}")
+    return value
+
+
+def _comparison(text: str, view: WindowView) -> str | tuple[str, str] | None:
+    if not text:
+        return None
+    if text == "previous":
+        return text
+    label, sep, value = text.partition(":")
+    if not sep or label not in view.segment_labels:
+        raise BadParameter("vs", f"{text[:80]!r}: use previous or <label>:<value> with a segment label "
+                                 f"({', '.join(view.segment_labels) or 'none configured'})")
+    return label, value
+
+
+def check_query_id(query_id: str) -> str:
+    if not query_id or len(query_id) > MAX_QUERY_ID:
+        raise BadParameter("query_id", f"must be 1 to {MAX_QUERY_ID} characters, not {len(query_id)}")
+    return query_id
+
+
+class Explorer:
+    """Answers the drill-down questions from a store; safe to call from several threads."""
+
+    def __init__(self, store: StateStore, view: WindowView, measure: Measure, horizon_ms: int,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.view = view
+        self.measure = measure
+        self.horizon_ms = horizon_ms
+        self.clock = clock
+        self.index = drilldown.QueryIndex(drilldown.row_fields(measure.cutoffs))
+        self._cursors: dict[str, str | None] = {}
+        self._lock = threading.Lock()
+
+    def _now_ms(self) -> int:
+        with self._lock:
+            if self.store.follow():
+                # A rebuild started a new generation: everything read so far describes the old one.
+                self.index = drilldown.QueryIndex(self.index.fields)
+                self._cursors.clear()
+        now = self.store.clock_ms() if self.view.event_clock else int(self.clock() * 1000)
+        if now is None:
+            raise NotFound("window", "no event has been applied yet")
+        return now
+
+    def _refresh(self, now_ms: int) -> int:
+        """Read what the store logged since the last answer; the oldest bucket held."""
+        oldest = oldest_kept_bucket(now_ms, self.horizon_ms, self.view.bucket_ms)
+        for partition in self.store.partitions():
+            read = self.store.read_rows(partition, self._cursors.get(partition), oldest)
+            if read.whole:
+                self.index.drop_partition(partition)
+            for bucket, segment, query_id, row in read.rows:
+                if bucket >= oldest:
+                    self.index.put(partition, bucket, segment, query_id, row)
+            self._cursors[partition] = read.cursor
+        self.index.drop_before(oldest)
+        return oldest
+
+    def _buckets(self, question: Question, now_ms: int) -> tuple[int, int]:
+        return self.view.window_buckets(now_ms, question.window_ms)
+
+    def summary(self, question: Question) -> dict[str, Any]:
+        """The window means per segment: the numbers the gauges show."""
+        now = self._now_ms()
+        first, last = self._buckets(question, now)
+        in_window = range(first, last + 1).__contains__
+        rows = []
+        for values, part in sorted(by_segment_values(self.store.aggregates(since_bucket=first),
+                                                     self.view.segment_labels).items()):
+            if not any(in_window(bucket) for bucket, _, _ in part):
+                continue
+            means = window_means(part, self.view.cutoffs, in_window)
+            rows.append({
+                "segment": dict(zip(self.view.segment_labels, values, strict=True)),
+                "impressions": means[str(self.view.cutoffs[0])]["impressions"],
+                "k": {k: {name: row[name] for name in ("ndcg_mean", "dcg_mean", "judged_ratio", "scored_impressions")}
+                      for k, row in means.items()},
+            })
+        return {"window": format_duration(question.window_ms),
+                "windows": [format_duration(w) for w in self.view.windows_ms],
+                "cutoffs": list(self.view.cutoffs), "segment_labels": list(self.view.segment_labels),
+                "now_ms": now, "buckets": [first, last], "rows": rows}
+
+    def queries(self, question: Question) -> dict[str, Any]:
+        """Per query: the window's figures, and the change against `vs`."""
+        now = self._now_ms()
+        first, last = self._buckets(question, now)
+        at = self.view.cutoffs.index(question.k)
+        with self._lock:
+            oldest = self._refresh(now)
+            table = drilldown.query_table(self.index.window(first, last), question.segment)
+            other, vs_buckets = None, None
+            if question.vs == "previous":
+                length = last - first + 1
+                if first - length < oldest:
+                    raise BadParameter("vs", f"the {format_duration(question.window_ms)} before this one is behind "
+                                             f"the retention horizon ({format_duration(self.horizon_ms)}): raise "
+                                             "grace to serve it")
+                vs_buckets = [first - length, first - 1]
+                other = drilldown.query_table(self.index.window(first - length, first - 1), question.segment)
+            elif isinstance(question.vs, tuple):
+                label, value = question.vs
+                other = drilldown.query_table(self.index.window(first, last), {**question.segment, label: value})
+        records = drilldown.compare(table, other, at, question.min_impressions)
+        ranked = drilldown.sort_records(records, question.sort, question.descending)
+        return {"window": format_duration(question.window_ms), "k": question.k, "segment": question.segment,
+                "vs": _vs_text(question.vs), "sort": question.sort, "order": "desc" if question.descending else "asc",
+                "limit": question.limit, "offset": question.offset, "total": len(ranked), "now_ms": now,
+                "buckets": [first, last], "vs_buckets": vs_buckets,
+                "queries": ranked[question.offset:question.offset + question.limit]}
+
+    def query(self, query_id: str, question: Question) -> dict[str, Any]:
+        """One query in the window: its distinct lists scored, its ideal, its judgments' history."""
+        check_query_id(query_id)
+        now = self._now_ms()
+        first, last = self._buckets(question, now)
+        with self._lock:
+            self._refresh(now)
+            partitions = sorted(self.index.partitions_of(query_id))
+            row = drilldown.query_table(self.index.window(first, last), question.segment).get(query_id)
+        if not partitions:
+            raise NotFound("query_id", "no impression of this query is held (unknown, or behind the horizon)")
+        grades: dict[str, float] = {}
+        judgments: dict[str, list[dict[str, Any]]] = {}
+        lists: list[tuple[tuple[str, ...], str, int]] = []
+        for partition in partitions:
+            state = self.store.load(partition, [query_id], {}).states.get(query_id)
+            if state is not None:
+                grades.update(state.grades())
+                for doc, revisions in state.revisions.items():
+                    judgments.setdefault(doc, []).extend(
+                        {"ts": ts, "event_id": event_id, "grade": grade} for ts, event_id, grade in revisions)
+            lists += [(ranked, segment, count)
+                      for (bucket, segment, ranked), count in self.store.ranked_lists(partition, query_id).items()
+                      if first <= bucket <= last and drilldown.matches(segment, question.segment)]
+        for history in judgments.values():
+            history.sort(key=lambda j: (j["ts"], j["event_id"] or ""))
+        ideal = sorted(grades.items(), key=lambda item: (-item[1], item[0]))
+        gains = [self.measure.gain_of(g) for g in grades.values()]
+        return {
+            "query_id": query_id, "window": format_duration(question.window_ms), "now_ms": now,
+            "buckets": [first, last], "cutoffs": list(self.measure.cutoffs), "ideal": self.measure.ideal,
+            "gain": self.measure.gain, "segment": question.segment,
+            "summary": {"impressions": row[0] if row else 0.0,
+                        "k": {str(k): drilldown.figures(row, i) if row else None
+                              for i, k in enumerate(self.measure.cutoffs)}},
+            "lists": drilldown.list_details(lists, grades, self.measure),
+            "ideal_ordering": [{"doc_id": doc, "grade": grade} for doc, grade in ideal],
+            "ideal_dcg": {str(k): ideal_dcg(gains, k) for k in self.measure.cutoffs},
+            "judgments": dict(sorted(judgments.items())),
+        }
+
+    def judging_queue(self, question: Question) -> dict[str, Any]:
+        """The unjudged pairs holding the most top-k exposure of the window."""
+        now = self._now_ms()
+        first, last = self._buckets(question, now)
+        at = self.view.cutoffs.index(question.k)
+        with self._lock:
+            self._refresh(now)
+            table = drilldown.query_table(self.index.window(first, last), question.segment)
+            homes: dict[str, set[str]] = {}
+
+            def pairs_of(query_ids: list[str]) -> dict[str, dict[str, drilldown.Pair]]:
+                found: dict[str, dict[str, drilldown.Pair]] = {}
+                for partition in self.store.partitions():
+                    wanted = [q for q in query_ids if partition in homes.setdefault(q, self.index.partitions_of(q))]
+                    if not wanted:
+                        continue
+                    for query_id, state in self.store.load(partition, wanted, {}).states.items():
+                        for doc, pair in drilldown.pair_exposures(state, first, last, question.segment,
+                                                                  question.k).items():
+                            held = found.setdefault(query_id, {}).get(doc)
+                            found[query_id][doc] = pair if held is None else drilldown.Pair(
+                                "", doc, held.exposure + pair.exposure, min(held.best_rank, pair.best_rank))
+                return found
+
+            pairs = drilldown.judging_queue(table, at, question.limit, pairs_of)
+        total = drilldown.total_exposure(table, at)
+        return {
+            "window": format_duration(question.window_ms), "k": question.k, "segment": question.segment,
+            "now_ms": now, "buckets": [first, last], "total_exposure": total,
+            "pairs": [{"query_id": p.query_id, "doc_id": p.doc_id, "exposure": p.exposure,
+                       "share": p.exposure / total if total else None, "best_rank": p.best_rank,
+                       **_traffic(table[p.query_id], at)} for p in pairs],
+        }
+
+
+def _traffic(row: Sequence[float], at: int) -> dict[str, Any]:
+    figures = drilldown.figures(row, at)
+    return {"query_impressions": figures["impressions"], "query_judged_ratio": figures["judged_ratio"]}
+
+
+def _vs_text(vs: str | tuple[str, str] | None) -> str | None:
+    return vs if vs is None or isinstance(vs, str) else f"{vs[0]}:{vs[1]}"

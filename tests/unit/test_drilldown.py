@@ -1,0 +1,245 @@
+"""The drill-down against the replay: the service's path (engine rows -> store -> index sliding
+along) and the batch path (every impression scored from scratch) give the same per-query figures,
+judging queue and lists, to 1e-9, at several points of the stream."""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from stream_ndcg import drilldown
+from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
+from stream_ndcg.engine import Engine
+from stream_ndcg.errors import BadParameter, NotFound
+from stream_ndcg.explorer import Explorer, Question
+from stream_ndcg.exporter import WindowView
+from stream_ndcg.metric import Measure, discount, first_occurrences, score_list
+from stream_ndcg.replay import Replay
+from stream_ndcg.store import MemoryStore
+from tests.support.batches import apply_batch, parsed
+
+BUCKET = 60_000
+WINDOWS = (60_000, 180_000)
+HORIZON = 1_800_000
+TOLERANCE = 1e-9
+
+
+def messages(events: int = 3_000) -> list[bytes]:
+    spec = SimulationSpec(events=events, seed=7, queries=150, rate=8.0, max_delay_ms=240_000)
+    return [value for _, value in Simulator(spec).messages()]
+
+
+def partition_of(message: bytes) -> str:
+    """Two partitions keyed by query, as a producer keying by query id would split them."""
+    event = parsed([message])[0]
+    query_id = getattr(event, "query_id", "")
+    return f"events:{zlib.crc32(query_id.encode()) % 2}"
+
+
+class Fed:
+    """A MemoryStore fed batch by batch through the service's pipeline, with an Explorer on it."""
+
+    def __init__(self, measure: Measure) -> None:
+        self.store = MemoryStore(bucket_ms=BUCKET, horizon_ms=HORIZON)
+        self.engine = Engine(measure, BUCKET, horizon_ms=HORIZON)
+        self.view = WindowView(cutoffs=measure.cutoffs, windows_ms=WINDOWS, bucket_ms=BUCKET,
+                               segment_labels=("variant",), event_clock=True)
+        self.explorer = Explorer(self.store, self.view, measure, HORIZON)
+        self.offsets: dict[str, int] = {}
+        self.epochs: dict[str, str] = {}
+
+    def feed(self, batch: Sequence[bytes]) -> None:
+        by_partition: dict[str, list[bytes]] = {}
+        for message in batch:
+            by_partition.setdefault(partition_of(message), []).append(message)
+        for partition, part in sorted(by_partition.items()):
+            if partition not in self.epochs:
+                self.epochs[partition] = self.store.claim(partition)
+            self.offsets[partition] = self.offsets.get(partition, 0) + len(part)
+            apply_batch(self.store, self.engine, partition, parsed(part), epoch=self.epochs[partition],
+                        next_offset=self.offsets[partition])
+
+
+def replay_of(measure: Measure, applied: Sequence[bytes]) -> Replay:
+    replay = Replay(measure)
+    for message in applied:
+        replay.add(message)
+    return replay
+
+
+def window_of(replay: Replay, window_ms: int, lag: int = 0) -> tuple[int, int]:
+    assert replay.latest_ts is not None
+    last = replay.latest_ts // BUCKET - lag * window_ms // BUCKET
+    return last - window_ms // BUCKET + 1, last
+
+
+def close(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=TOLERANCE, abs_tol=TOLERANCE)
+
+
+def expected_records(replay: Replay, question: Question, measure: Measure) -> dict[str, dict[str, Any]]:
+    first, last = window_of(replay, question.window_ms)
+    table = drilldown.query_table(replay.query_rows(first, last, BUCKET), question.segment)
+    other = None
+    if question.vs == "previous":
+        before = window_of(replay, question.window_ms, lag=1)
+        other = drilldown.query_table(replay.query_rows(*before, BUCKET), question.segment)
+    elif isinstance(question.vs, tuple):
+        label, value = question.vs
+        other = drilldown.query_table(replay.query_rows(first, last, BUCKET), {**question.segment, label: value})
+    at = measure.cutoffs.index(question.k)
+    return {r["query_id"]: r for r in drilldown.compare(table, other, at, question.min_impressions)}
+
+
+def assert_records_equal(got: list[dict[str, Any]], expected: dict[str, dict[str, Any]]) -> None:
+    assert {r["query_id"] for r in got} == set(expected)
+    for record in got:
+        want = expected[record["query_id"]]
+        for name in drilldown.FIGURES:
+            assert close(record[name], want[name]), (record["query_id"], name, record[name], want[name])
+        for side in ("vs", "change"):
+            assert (record[side] is None) == (want[side] is None)
+            for name, value in (record[side] or {}).items():
+                assert close(value, want[side][name]), (record["query_id"], side, name, value, want[side][name])
+
+
+def unjudged_pairs(replay: Replay, measure: Measure, question: Question) -> dict[tuple[str, str], float]:
+    """The judging queue's exposures, impression by impression."""
+    first, last = window_of(replay, question.window_ms)
+    parts: dict[tuple[str, str], list[float]] = {}
+    for item in replay.scored():
+        impression = item.impression
+        segment = dict(impression.segment)
+        if not first <= impression.ts // BUCKET <= last:
+            continue
+        if any(segment.get(label, "none") != value for label, value in question.segment.items()):
+            continue
+        grades = replay.grades(impression.query_id)
+        for rank, doc in first_occurrences(impression.results, measure.depth):
+            if rank <= question.k and doc not in grades:
+                parts.setdefault((impression.query_id, doc), []).append(discount(rank))
+    return {pair: math.fsum(values) for pair, values in parts.items()}
+
+
+QUESTIONS = [
+    {},
+    {"window": ["3m"], "k": ["5"]},
+    {"window": ["1m"], "segment.variant": ["B"]},
+    {"window": ["3m"], "vs": ["previous"], "sort": ["change_ndcg"]},
+    {"window": ["3m"], "segment.variant": ["B"], "vs": ["variant:A"], "min_impressions": ["2"]},
+]
+
+
+@pytest.mark.parametrize("ideal", ["pool", "list"])
+def test_the_drill_down_equals_the_replay_as_the_stream_goes_on(ideal: str) -> None:
+    measure = Measure(cutoffs=(5, 10), ideal=ideal)
+    stream = messages()
+    fed = Fed(measure)
+    checked = 0
+    for end in range(200, len(stream) + 1, 200):
+        fed.feed(stream[end - 200:end])
+        if end % 1000:
+            # Asked between checks too, so that the index's windows slide and take rows in place.
+            fed.explorer.queries(Question.parse({"window": ["3m"], "vs": ["previous"]}, fed.view))
+            continue
+        replay = replay_of(measure, stream[:end])
+        for params in QUESTIONS:
+            question = Question.parse({**params, "limit": ["1000"]}, fed.view)
+            answer = fed.explorer.queries(question)
+            assert answer["total"] == len(answer["queries"]) > 0
+            assert_records_equal(answer["queries"], expected_records(replay, question, measure))
+            checked += 1
+        for window_ms in WINDOWS:
+            # Every figure of every row, exposure too (the judging queue's bound).
+            held = fed.explorer.index.window(*window_of(replay, window_ms))
+            expected_rows = replay.query_rows(*window_of(replay, window_ms), BUCKET)
+            assert held.keys() == expected_rows.keys()
+            for key, row in held.items():
+                assert all(map(close, row, expected_rows[key])), (key, row, expected_rows[key])
+    assert checked == 3 * len(QUESTIONS)
+
+
+@pytest.mark.parametrize("ideal", ["pool", "list"])
+def test_the_judging_queue_holds_the_pairs_of_most_unjudged_exposure(ideal: str) -> None:
+    measure = Measure(cutoffs=(5, 10), ideal=ideal)
+    stream = messages()
+    fed = Fed(measure)
+    fed.feed(stream)
+    replay = replay_of(measure, stream)
+    for params in ({"window": ["3m"], "limit": ["25"]}, {"window": ["1m"], "k": ["5"], "segment.variant": ["A"]}):
+        question = Question.parse(params, fed.view, kind="judging-queue")
+        answer = fed.explorer.judging_queue(question)
+        expected = unjudged_pairs(replay, measure, question)
+        pairs = answer["pairs"]
+        assert len(pairs) == min(question.limit, len(expected)) > 0
+        for pair in pairs:
+            assert close(pair["exposure"], expected[(pair["query_id"], pair["doc_id"])]), pair
+        ranked = sorted(expected.values(), reverse=True)
+        assert [p["exposure"] for p in pairs] == sorted((p["exposure"] for p in pairs), reverse=True)
+        # The last pair listed holds as much as the last of the oracle's top: none better was left out.
+        assert close(pairs[-1]["exposure"], ranked[len(pairs) - 1])
+        first, last = window_of(replay, question.window_ms)
+        rows = drilldown.query_table(replay.query_rows(first, last, BUCKET), question.segment)
+        assert close(answer["total_exposure"], drilldown.total_exposure(rows, measure.cutoffs.index(question.k)))
+        assert all(close(p["share"], p["exposure"] / answer["total_exposure"]) for p in pairs)
+
+
+def test_a_query_shows_its_lists_scored_against_its_grades_and_its_judgment_history() -> None:
+    measure = Measure(cutoffs=(5, 10))
+    stream = messages()
+    fed = Fed(measure)
+    fed.feed(stream)
+    replay = replay_of(measure, stream)
+    question = Question.parse({"window": ["3m"]}, fed.view)
+    worst = fed.explorer.queries(Question.parse({"window": ["3m"], "sort": ["impressions"], "order": ["desc"]},
+                                                fed.view))["queries"][0]
+    detail = fed.explorer.query(worst["query_id"], question)
+    grades = replay.grades(worst["query_id"])
+    assert sum(entry["impressions"] for entry in detail["lists"]) == worst["impressions"]
+    for entry in detail["lists"]:
+        ranked = [r["doc_id"] for r in entry["results"]]
+        score = score_list(ranked, grades, measure)
+        assert all(close(entry["ndcg"][str(k)], score.ndcg[k]) for k in measure.cutoffs)
+        assert all(r["grade"] == grades.get(r["doc_id"]) for r in entry["results"])
+    assert [o["doc_id"] for o in detail["ideal_ordering"]] == sorted(grades, key=lambda d: (-grades[d], d))
+    assert {doc for doc, history in detail["judgments"].items() if history[-1]["grade"] is not None} >= set(grades)
+    assert close(detail["summary"]["k"]["10"]["ndcg"], worst["ndcg"])
+    with pytest.raises(NotFound, match="query_id"):
+        fed.explorer.query("never-seen", question)
+
+
+@pytest.mark.parametrize(("params", "named"), [
+    ({"window": ["2h"]}, "window"),
+    ({"k": ["7"]}, "k"),
+    ({"k": ["ten"]}, "k"),
+    ({"limit": ["5000"]}, "limit"),
+    ({"limit": ["0"]}, "limit"),
+    ({"sort": ["name"]}, "sort"),
+    ({"sort": ["change_ndcg"]}, "sort"),
+    ({"order": ["up"]}, "order"),
+    ({"vs": ["colour:red"]}, "vs"),
+    ({"segment.colour": ["red"]}, "segment.colour"),
+    ({"window": ["1m", "3m"]}, "window"),
+    ({"pretty": ["1"]}, "pretty"),
+])
+def test_a_bad_parameter_is_refused_with_its_name(params: dict[str, list[str]], named: str) -> None:
+    view = WindowView(cutoffs=(5, 10), windows_ms=WINDOWS, bucket_ms=BUCKET, segment_labels=("variant",),
+                      event_clock=True)
+    with pytest.raises(BadParameter) as refused:
+        Question.parse(params, view)
+    assert str(refused.value).startswith(f"{named}: ")
+
+
+def test_a_comparison_behind_the_horizon_is_refused() -> None:
+    measure = Measure(cutoffs=(5, 10))
+    fed = Fed(measure)
+    fed.explorer.horizon_ms = 240_000
+    fed.feed(messages(1_000))
+    with pytest.raises(BadParameter, match="^vs: .*horizon"):
+        fed.explorer.queries(Question.parse({"window": ["3m"], "vs": ["previous"]}, fed.view))
