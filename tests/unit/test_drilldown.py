@@ -17,7 +17,7 @@ from stream_ndcg.engine import Engine
 from stream_ndcg.errors import BadParameter, NotFound
 from stream_ndcg.explorer import Explorer, Question
 from stream_ndcg.exporter import WindowView
-from stream_ndcg.metric import Measure, discount, first_occurrences, score_list
+from stream_ndcg.metric import Ideal, Measure, discount, first_occurrences, score_list
 from stream_ndcg.replay import Replay
 from stream_ndcg.store import MemoryStore
 from tests.support.batches import apply_batch, parsed
@@ -137,7 +137,7 @@ QUESTIONS = [
 
 
 @pytest.mark.parametrize("ideal", ["pool", "list"])
-def test_the_drill_down_equals_the_replay_as_the_stream_goes_on(ideal: str) -> None:
+def test_the_drill_down_equals_the_replay_as_the_stream_goes_on(ideal: Ideal) -> None:
     measure = Measure(cutoffs=(5, 10), ideal=ideal)
     stream = messages()
     fed = Fed(measure)
@@ -166,7 +166,7 @@ def test_the_drill_down_equals_the_replay_as_the_stream_goes_on(ideal: str) -> N
 
 
 @pytest.mark.parametrize("ideal", ["pool", "list"])
-def test_the_judging_queue_holds_the_pairs_of_most_unjudged_exposure(ideal: str) -> None:
+def test_the_judging_queue_holds_the_pairs_of_most_unjudged_exposure(ideal: Ideal) -> None:
     measure = Measure(cutoffs=(5, 10), ideal=ideal)
     stream = messages()
     fed = Fed(measure)
