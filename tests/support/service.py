@@ -111,6 +111,20 @@ class Service:
                 samples[(sample.name, tuple(sorted(labels.items())))] = sample.value
         return samples
 
+    def env_for_tools(self) -> dict[str, str]:
+        """The environment of a `stream-ndcg` command run against this service's Kafka and Redis."""
+        return dict(os.environ, **self.env)
+
+    def headers(self, path: str, token: str = "") -> dict[str, str]:
+        """The response headers of an API path, whatever its status."""
+        request = Request(f"http://127.0.0.1:{self.api_port}{path}",
+                          headers={"Authorization": f"Bearer {token}"} if token else {})
+        try:
+            with urlopen(request, timeout=30) as response:  # noqa: S310
+                return dict(response.headers)
+        except HTTPError as exc:
+            return dict(exc.headers)
+
     def api(self, path: str, token: str = "") -> tuple[int, Any]:
         """GET an API path: the status and the decoded JSON body (the text, if it is not JSON)."""
         request = Request(f"http://127.0.0.1:{self.api_port}{path}",
