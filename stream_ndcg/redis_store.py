@@ -17,7 +17,8 @@ Cluster hash tag, so that everything of one input partition P =
     {ns:P}:epoch               STRING  fencing token: a random one per claim, so that even a Redis
                                        rolled back by its AOF never hands out the same token twice
     {ns:P}:meta                HASH    offset (next to consume), clock (the engine's clock at the last
-                                       commit: greatest event time, or wall time with --clock wall)
+                                       commit: greatest event time, or wall time with --clock wall),
+                                       rowseq (how many row log entries were ever written)
     {ns:P}:counts              HASH    event counts: impression, judgment, duplicate:*, rejected:*
     {ns:P}:q:<query_id>        HASH    the query's state (fields: `state_format`),
                                        TTL max(horizon, judgment TTL)
@@ -27,7 +28,7 @@ Cluster hash tag, so that everything of one input partition P =
     {ns:P}:agg:<bucket>        HASH    aggregate sums (`state_format`), TTL horizon
     {ns:P}:aggidx              ZSET    the buckets that have an agg hash
     {ns:P}:rows:<bucket>       HASH    drill-down rows (`state_format`), TTL horizon
-    {ns:P}:rowlog              STREAM  the rows of each commit (one entry, field r: JSON
+    {ns:P}:rowlog              STREAM  the rows of each commit (one entry: n its rowseq, r JSON
                                        [[bucket, field, value]...]), trimmed to the last
                                        ROW_LOG_MS, so that a drill-down reader reads what changed
 
@@ -117,7 +118,8 @@ end
 if ARGV[4] ~= '' then
   local now = redis.call('TIME')
   local oldest = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - tonumber(p.row_log_ms)
-  redis.call('XADD', KEYS[6], 'MINID', '~', string.format('%d', oldest), '*', 'r', ARGV[4])
+  local n = redis.call('HINCRBY', KEYS[2], 'rowseq', 1)
+  redis.call('XADD', KEYS[6], 'MINID', '~', string.format('%d', oldest), '*', 'n', n, 'r', ARGV[4])
   redis.call('PEXPIRE', KEYS[6], p.row_log_ttl)
 end
 for _, c in ipairs(p.counts) do redis.call('HINCRBY', KEYS[3], c[1], c[2]) end
@@ -393,23 +395,28 @@ class RedisStore:
         return held
 
     def read_rows(self, partition: str, cursor: str | None, since_bucket: int) -> RowRead:
-        log = self._key(partition, "rowlog")
+        # A cursor is "<entry id>/<rowseq>" of the last entry read: the next one must carry rowseq + 1,
+        # or entries were trimmed in between (the reader was away longer than ROW_LOG_MS).
+        log, meta = self._key(partition, "rowlog"), self._key(partition, "meta")
         if cursor is not None:
+            last_id, _, seen = cursor.partition("/")
             with self._round_trip("row log read"):
                 pipe = self.client.pipeline(transaction=False)
-                pipe.xinfo_stream(log)
-                pipe.xrange(log, min=f"({cursor}")
-                info, entries = pipe.execute(raise_on_error=False)
-            # A log gone (idle for a horizon) or trimmed past the cursor: read everything again.
-            if not isinstance(info, Exception) and not isinstance(entries, Exception):
-                deleted = info.get("max-deleted-entry-id") or info.get(b"max-deleted-entry-id") or b"0-0"
-                if _stream_id(deleted) <= _stream_id(cursor):
-                    rows = [(bucket, *state_format.decode_row_field(field), state_format.decode_row(value))
-                            for _, values in entries for bucket, field, value in orjson.loads(values[b"r"])]
-                    return RowRead(_text(entries[-1][0]) if entries else cursor, False, rows)
+                # The count first: a commit landing between the two reads adds an entry, never a gap.
+                pipe.hget(meta, "rowseq")
+                pipe.xrange(log, min=f"({last_id}")
+                written, entries = pipe.execute()
+            first_new = int(entries[0][1][b"n"]) if entries else int(written or 0)
+            if (entries and first_new == int(seen) + 1) or (not entries and first_new == int(seen)):
+                rows = [(bucket, *state_format.decode_row_field(field), state_format.decode_row(value))
+                        for _, values in entries for bucket, field, value in orjson.loads(values[b"r"])]
+                return RowRead(_log_cursor(entries[-1]) if entries else cursor, False, rows)
         with self._round_trip("row read"):
             # The log's end first: rows read after it are at least as new, and reading them again is harmless.
-            last = self.client.xrevrange(log, count=1)
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(meta, "rowseq")
+            pipe.xrevrange(log, count=1)
+            written, last = pipe.execute()
             buckets: list[Any] = list(self.client.zrangebyscore(self._key(partition, "aggidx"), since_bucket, "+inf"))
             pipe = self.client.pipeline(transaction=False)
             for bucket in buckets:
@@ -417,7 +424,7 @@ class RedisStore:
             replies = pipe.execute()
         rows = [(int(bucket), *state_format.decode_row_field(field), state_format.decode_row(value))
                 for bucket, held in zip(buckets, replies, strict=True) for field, value in held.items()]
-        return RowRead(_text(last[0][0]) if last else "0-0", True, rows)
+        return RowRead(_log_cursor(last[0]) if last else f"0-0/{int(written or 0)}", True, rows)
 
     def partitions(self) -> list[str]:
         with self._round_trip("partition list"):
@@ -481,9 +488,9 @@ class RedisStore:
             self.client.ping()
 
 
-def _stream_id(value: Any) -> tuple[int, int]:
-    milliseconds, _, sequence = _text(value).partition("-")
-    return int(milliseconds), int(sequence or 0)
+def _log_cursor(entry: Any) -> str:
+    entry_id, values = entry
+    return f"{_text(entry_id)}/{int(values[b'n'])}"
 
 
 def _text(value: Any) -> str:

@@ -10,10 +10,13 @@ import pytest
 import redis
 
 from stream_ndcg.devtools.servers import RedisClusterNodes, RedisServer
+from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
+from stream_ndcg.engine import Engine
 from stream_ndcg.errors import ConfigError, StoreUnavailable
 from stream_ndcg.redis_store import RedisStore, connect
 from stream_ndcg.store import StateStore
-from tests.support.store_contract import BUCKET, HORIZON, StoreContract
+from tests.support.batches import apply_batch, parsed
+from tests.support.store_contract import BUCKET, HORIZON, MEASURE, StoreContract
 
 pytestmark = pytest.mark.redis
 
@@ -29,6 +32,25 @@ class TestRedisStore(StoreContract):
         yield RedisStore(client, namespace=f"c-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
                          state_ttl_ms=HORIZON, wall_clock=False, cache_groups=cache_groups)
         client.close()
+
+
+def test_a_reader_behind_the_trimmed_row_log_reads_the_rows_whole(redis_server: RedisServer) -> None:
+    client = connect(redis_server.url)
+    store = RedisStore(client, namespace=f"trim-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
+                       state_ttl_ms=HORIZON, wall_clock=False)
+    engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+    messages = [v for _, v in Simulator(SimulationSpec(events=400, seed=8, queries=10, rate=5.0)).messages()]
+    epoch = store.claim("t:0")
+    apply_batch(store, engine, "t:0", parsed(messages[:200]), epoch=epoch, next_offset=200)
+    cursor = store.read_rows("t:0", None, since_bucket=0).cursor
+    apply_batch(store, engine, "t:0", parsed(messages[200:]), epoch=epoch, next_offset=400)
+    # What a reader away longer than ROW_LOG_MS finds: the entries after its cursor trimmed.
+    client.xtrim(f"{{{store.namespace}:t:0}}:rowlog", maxlen=0)
+    read = store.read_rows("t:0", cursor, since_bucket=0)
+    assert read.whole
+    assert {(b, s, q) for b, s, q, _ in read.rows} == {(b, s, q) for b, s, q, _ in
+                                                        store.read_rows("t:0", None, since_bucket=0).rows}
+    client.close()
 
 
 def test_a_redis_outage_is_a_recoverable_error() -> None:

@@ -76,6 +76,27 @@ class StoreContract:
         oldest = min(key[0] for key in store.aggregates())
         assert store.aggregates(since_bucket=oldest + 1).keys() == {k for k in store.aggregates() if k[0] > oldest}
 
+    def test_drill_down_rows_are_read_whole_then_as_what_changed(self, store: StateStore) -> None:
+        engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+        messages = [v for _, v in Simulator(SimulationSpec(events=600, seed=5, queries=20, rate=5.0)).messages()]
+        epoch = store.claim("t:0")
+        apply_batch(store, engine, "t:0", parsed(messages[:300]), epoch=epoch, next_offset=300)
+        whole = store.read_rows("t:0", None, since_bucket=0)
+        assert whole.whole and whole.rows
+        held = {(bucket, segment, query): row for bucket, segment, query, row in whole.rows}
+        assert store.read_rows("t:0", whole.cursor, since_bucket=0).rows == []
+        outcome = apply_batch(store, engine, "t:0", parsed(messages[300:]), epoch=epoch, next_offset=600)
+        later = store.read_rows("t:0", whole.cursor, since_bucket=0)
+        assert not later.whole and later.cursor != whole.cursor
+        # Exactly the rows the batch wrote, as the engine made them (floats read back unchanged).
+        assert sorted(later.rows) == sorted((b, s, q, row) for (q, b, s), row in outcome.rows.items())
+        held.update({(bucket, segment, query): row for bucket, segment, query, row in later.rows})
+        again = store.read_rows("t:0", None, since_bucket=0)
+        assert {(bucket, segment, query): row for bucket, segment, query, row in again.rows} == held
+        newest = max(bucket for bucket, _, _ in held)
+        assert {b for b, _, _, _ in store.read_rows("t:0", None, since_bucket=newest).rows} == {newest}
+        assert store.partitions() == ["t:0"]
+
     def test_a_commit_from_another_offset_than_the_stored_one_is_refused(self, store: StateStore) -> None:
         engine = Engine(MEASURE, BUCKET)
         epoch = store.claim("t:0")
