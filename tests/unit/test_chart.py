@@ -126,12 +126,32 @@ def test_the_environment_and_secret_file_are_valid_settings(values: str, tmp_pat
     settings = Settings.load(environ=dict(env, STREAM_NDCG_CONFIG=str(settings_file)))
     assert settings.metrics_port == container["ports"][0]["containerPort"]
     assert settings.redis_url.startswith(("redis://", "rediss://"))
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert settings.api_port == ports["api"] and settings.api_host == "0.0.0.0"
     if values == "maximal":
         assert settings.sasl_password == 'pa"ss' and settings.segment_labels == ("experiment", "engine", "locale")
+        assert settings.api_token == "drill-token"
+        policy = next(d for d in documents if d["kind"] == "NetworkPolicy")
+        assert {"port": "api", "protocol": "TCP"} in policy["spec"]["ingress"][1]["ports"]
     monitor = next(d for d in documents if d["kind"] == "ServiceMonitor")
     service = next(d for d in documents if d["kind"] == "Service")
     assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+
+
+def test_with_a_page_url_every_series_split_by_segment_links_to_its_drill_down() -> None:
+    documents = render("maximal")
+    config_map = next(d for d in documents if d["kind"] == "ConfigMap" and "stream-ndcg.json" in d.get("data", {}))
+    dashboard = json.loads(config_map["data"]["stream-ndcg.json"])
+    linked = [panel["title"] for panel in dashboard["panels"] if panel.get("fieldConfig", {}).get("defaults", {})
+              .get("links")]
+    assert linked == ["nDCG@$k by window and segment", "Impressions in window"]
+    url = dashboard["panels"][[p["title"] for p in dashboard["panels"]].index(linked[0])]["fieldConfig"]["defaults"][
+        "links"][0]["url"]
+    assert url.startswith("https://ndcg.example.com/#window=${__field.labels.window}&k=${k}&")
+    assert all(f"segment.{label}=${{__field.labels.{label}}}" in url for label in ("experiment", "engine", "locale"))
+    default = next(d for d in render("default") if d["kind"] == "ConfigMap" and "stream-ndcg.json" in d["data"])
+    assert "Drill down" not in default["data"]["stream-ndcg.json"]
 
 
 @pytest.mark.parametrize("values", VALUES)
