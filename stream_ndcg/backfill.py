@@ -137,8 +137,9 @@ class History:
         self.writer = writer or OpenMetricsWriter()
         # Built as service.build builds the service, over the in-memory store.
         self.store = MemoryStore(bucket_ms=settings.bucket, horizon_ms=settings.horizon)
+        # Without drill-down rows: a history holds the window gauges only.
         self.engine = Engine(settings.measure, settings.bucket, horizon_ms=settings.horizon,
-                             judgment_max_age_ms=settings.judgment_ttl)
+                             judgment_max_age_ms=settings.judgment_ttl, drilldown=False)
         checks = RecordChecks(Limits(max_results=settings.max_results, max_message_bytes=settings.max_message_bytes),
                               require_key=False, max_future_ms=settings.max_future)
         self.pipeline = BatchPipeline(self.store, self.engine, checks, event_clock=True,

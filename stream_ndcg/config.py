@@ -158,10 +158,13 @@ class Settings:
         "0.0.0.0 in a container", values.word, metavar="HOST")
     metrics_port: int = setting(9464, "TCP port of /metrics, /healthz and /readyz", values.integer(1, 65535),
                                 metavar="PORT")
+    drilldown: bool = setting(
+        True, "keep the per-query rows the drill-down API reads (false saves their Redis memory and upkeep, and turns "
+        "the API off); set it alike on every instance of a group", values.boolean, metavar="BOOL")
     api_host: str = setting(
         "127.0.0.1", "bind address of the drill-down API and page; loopback by default: query strings can be "
         "personal data", values.word, metavar="HOST")
-    api_port: int = setting(9465, "TCP port of the drill-down API and page; 0 turns them off",
+    api_port: int = setting(9465, "TCP port of the drill-down API and page; 0 turns them off on this instance",
                             values.integer(0, 65535), metavar="PORT")
     api_token: str = setting("", "bearer token every API request must carry (empty: none); masked in all output",
                              values.as_text, secret=True)

@@ -176,6 +176,7 @@ class Engine:
         horizon_ms: int | None = None,
         judgment_max_age_ms: int | None = None,
         segment_key: SegmentKeyFn = full_segment_key,
+        drilldown: bool = True,
     ) -> None:
         if bucket_ms < 1:
             raise ValueError("bucket_ms must be positive")
@@ -184,6 +185,8 @@ class Engine:
         self.horizon_ms = horizon_ms
         self.judgment_max_age_ms = judgment_max_age_ms
         self.segment_key = segment_key
+        # Whether to write each re-credited group's drill-down row (`BatchOutcome.rows`).
+        self.drilldown = drilldown
 
     def bucket_of(self, ts: int) -> int:
         return ts // self.bucket_ms
@@ -227,7 +230,7 @@ class Engine:
         for query_id, change in outcome.changes.items():
             state = outcome.touched[query_id]
             self._recredit(state, change, outcome.aggregates)
-            if change.dirty:
+            if change.dirty and self.drilldown:
                 grades = state.grades()
                 for bucket, segment in change.dirty & state.groups.keys():
                     outcome.rows[(query_id, bucket, segment)] = group_row(

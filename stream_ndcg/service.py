@@ -48,7 +48,7 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
                         revision=os.environ.get("STREAM_NDCG_REVISION", "unknown"))
     holder.append(exporter)
     engine = Engine(settings.measure, settings.bucket, horizon_ms=settings.horizon,
-                    judgment_max_age_ms=settings.judgment_ttl)
+                    judgment_max_age_ms=settings.judgment_ttl, drilldown=settings.drilldown)
     kafka_options = settings.kafka_client_options()
     consumer_options = dict(
         **kafka_options,
@@ -94,10 +94,12 @@ def run(settings: Settings) -> int:
     port = exporter.serve(settings.metrics_host, settings.metrics_port, ready=processor.ready)
     logger.info("metrics on http://%s:%d/metrics", settings.metrics_host, port)
     api = None
-    if settings.api_port:
+    if settings.api_port and settings.drilldown:
         api = Api(explorer(settings), token=settings.api_token)
         api_port = api.serve(settings.api_host, settings.api_port)
         logger.info("drill-down API and page on http://%s:%d/", settings.api_host, api_port)
+    elif not settings.drilldown:
+        logger.info("drill-down off (drilldown=false): no per-query rows are kept and no API is served")
     signal.signal(signal.SIGTERM, processor.shutdown)
     signal.signal(signal.SIGINT, processor.shutdown)
     try:
