@@ -19,7 +19,7 @@ rank, if that is <= k. The judging queue ranks unjudged (query, document)
 pairs by their exposure over the window, as a share of all the window's top-k
 exposure: the judgments that would move the most impressions from unjudged to
 judged. Its search is exact and reads only the queries that can still make the
-list: a query's unjudged exposure bounds every one of its pairs.
+list: a query's unjudged exposure, and its impressions, bound every one of its pairs.
 """
 
 from __future__ import annotations
@@ -57,27 +57,26 @@ def _at(cutoff_index: int, figure: int) -> int:
     return 1 + 6 * cutoff_index + figure
 
 
-def exposures(ranks: Mapping[str, Mapping[int, int]], grades: Mapping[str, float],
-              k: int) -> tuple[float, float]:
-    """The top-k exposure of a group's documents ({doc: {first rank: impressions}}), and its unjudged part."""
-    total, unjudged = [], []
-    for doc, at in ranks.items():
-        for rank, count in at.items():
-            if rank <= k:
-                total.append(count * discount(rank))
-                if doc not in grades:
-                    unjudged.append(count * discount(rank))
-    return math.fsum(total), math.fsum(unjudged)
-
-
 def group_row(group: Group, grades: Mapping[str, float], cutoffs: Sequence[int]) -> Row:
-    """A group's row: what it credited to the aggregates, and its exposure."""
+    """A group's row: what it credited to the aggregates, and its exposure ({doc: {first rank:
+    impressions}} discounted, at each cut-off, and the part of it unjudged documents hold)."""
+    exposure = [0.0] * len(cutoffs)
+    unjudged = [0.0] * len(cutoffs)
+    # One pass over the ranks for every cut-off: this runs for each group a batch re-credits.
+    for doc, at in group.ranks.items():
+        judged = doc in grades
+        for rank, count in at.items():
+            weight = count * discount(rank)
+            for i, k in enumerate(cutoffs):
+                if rank <= k:
+                    exposure[i] += weight
+                    if not judged:
+                        unjudged[i] += weight
     values = [float(group.impressions)]
     credited = group.credited
-    for k in cutoffs:
-        exposure, unjudged = exposures(group.ranks, grades, k)
+    for i, k in enumerate(cutoffs):
         values += [credited.get(ndcg_at(k), 0.0), credited.get(dcg_at(k), 0.0), credited.get(scored_at(k), 0.0),
-                   credited.get(judged_at(k), 0.0), exposure, unjudged]
+                   credited.get(judged_at(k), 0.0), exposure[i], unjudged[i]]
     return tuple(values)
 
 
@@ -316,11 +315,17 @@ def judging_queue(
     their unjudged exposure and the search stops at the first that cannot beat the pairs held.
     """
     unjudged = _at(cutoff_index, _UNJUDGED)
-    order = sorted((q for q, row in table.items() if row[unjudged] > 0.0), key=lambda q: (-table[q][unjudged], q))
+
+    def bound(query_id: str) -> float:
+        # A pair holds at most the query's unjudged exposure, and at most 1 (rank 1) per impression.
+        row = table[query_id]
+        return min(row[unjudged], row[0])
+
+    order = sorted((q for q, row in table.items() if row[unjudged] > 0.0), key=lambda q: (-bound(q), q))
     held: list[tuple[float, str, str, Pair]] = []  # a min-heap on (exposure, reversed tie order)
     for start in range(0, len(order), chunk):
         queries = order[start:start + chunk]
-        if len(held) >= limit and table[queries[0]][unjudged] < held[0][0]:
+        if len(held) >= limit and bound(queries[0]) < held[0][0]:
             break
         for query_id, pairs in pairs_of(queries).items():
             for pair in pairs.values():

@@ -30,7 +30,10 @@ Cluster hash tag, so that everything of one input partition P =
     {ns:P}:rows:<bucket>       HASH    drill-down rows (`state_format`), TTL horizon
     {ns:P}:rowlog              STREAM  the rows of each commit (one entry: n its rowseq, r JSON
                                        [[bucket, field, value]...]), trimmed to the last
-                                       ROW_LOG_MS, so that a drill-down reader reads what changed
+                                       ROW_LOG_MS, so that a drill-down reader reads what changed;
+                                       written only while a reader holds the lease below
+    {ns:P}:reader              STRING  a drill-down reader's lease, READER_LEASE_MS: nobody reading,
+                                       no log (a reader back later reads the rows whole)
 
 A batch costs two round trips: one pipelined read (query states, impression
 ids, clock) and one script call per partition that checks the epoch and the
@@ -83,6 +86,8 @@ logger = logging.getLogger(__name__)
 # How long the row log keeps a commit's rows: a drill-down reader that comes back later than this
 # reads the partition's rows whole again.
 ROW_LOG_MS = 120_000
+# How long the row log is written after the last drill-down read: an open page refreshes well within it.
+READER_LEASE_MS = 600_000
 
 _COMMIT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -116,11 +121,13 @@ for _, r in ipairs(p.rows) do
   redis.call('PEXPIRE', KEYS[r[1]], r[2])
 end
 if ARGV[4] ~= '' then
-  local now = redis.call('TIME')
-  local oldest = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - tonumber(p.row_log_ms)
   local n = redis.call('HINCRBY', KEYS[2], 'rowseq', 1)
-  redis.call('XADD', KEYS[6], 'MINID', '~', string.format('%d', oldest), '*', 'n', n, 'r', ARGV[4])
-  redis.call('PEXPIRE', KEYS[6], p.row_log_ttl)
+  if redis.call('EXISTS', KEYS[7]) == 1 then
+    local now = redis.call('TIME')
+    local oldest = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - tonumber(p.row_log_ms)
+    redis.call('XADD', KEYS[6], 'MINID', '~', string.format('%d', oldest), '*', 'n', n, 'r', ARGV[4])
+    redis.call('PEXPIRE', KEYS[6], p.row_log_ms * 2)
+  end
 end
 for _, c in ipairs(p.counts) do redis.call('HINCRBY', KEYS[3], c[1], c[2]) end
 redis.call('HSET', KEYS[2], 'offset', p.offset)
@@ -342,7 +349,7 @@ class RedisStore:
 
     def _payload(self, commit: Commit) -> tuple[list[str], str, str]:
         partition, outcome = commit.partition, commit.outcome
-        keys = [self._key(partition, name) for name in ("epoch", "meta", "counts", "aggidx", "imp", "rowlog")]
+        keys = [self._key(partition, name) for name in ("epoch", "meta", "counts", "aggidx", "imp", "rowlog", "reader")]
 
         def index(key: str) -> int:
             keys.append(key)
@@ -372,7 +379,7 @@ class RedisStore:
         prune = str(oldest_kept_bucket(now, self.horizon_ms, self.bucket_ms)) if now is not None else None
         payload = {
             "states": states, "lists": lists, "impressions": impressions, "aggs": aggs, "rows": rows,
-            "row_log_ms": ROW_LOG_MS, "row_log_ttl": self.horizon_ms + self.bucket_ms,
+            "row_log_ms": ROW_LOG_MS,
             "counts": [[name, n] for name, n in outcome.counts.items()],
             "imp_ttl": max(map(ttl, outcome.impression_buckets.values()), default=0),
             "offset": str(commit.next_offset), "clock": str(clock) if clock is not None else None, "prune": prune,
@@ -395,28 +402,34 @@ class RedisStore:
         return held
 
     def read_rows(self, partition: str, cursor: str | None, since_bucket: int) -> RowRead:
-        # A cursor is "<entry id>/<rowseq>" of the last entry read: the next one must carry rowseq + 1,
-        # or entries were trimmed in between (the reader was away longer than ROW_LOG_MS).
-        log, meta = self._key(partition, "rowlog"), self._key(partition, "meta")
+        # A cursor is "<entry id>/<rowseq>" of the last entry read: the entries after it must carry
+        # rowseq + 1, + 2... up to the count, or rows were written that the log does not hold
+        # (trimmed, or written while no reader held the lease).
+        log, meta, lease = (self._key(partition, name) for name in ("rowlog", "meta", "reader"))
         if cursor is not None:
             last_id, _, seen = cursor.partition("/")
             with self._round_trip("row log read"):
                 pipe = self.client.pipeline(transaction=False)
+                pipe.set(lease, 1, px=READER_LEASE_MS)
                 # The count first: a commit landing between the two reads adds an entry, never a gap.
                 pipe.hget(meta, "rowseq")
                 pipe.xrange(log, min=f"({last_id}")
-                written, entries = pipe.execute()
-            first_new = int(entries[0][1][b"n"]) if entries else int(written or 0)
-            if (entries and first_new == int(seen) + 1) or (not entries and first_new == int(seen)):
+                _, written, entries = pipe.execute()
+            numbers = [int(values[b"n"]) for _, values in entries]
+            # Every entry since the cursor, none missing, up to the count read first.
+            if (numbers == list(range(int(seen) + 1, int(seen) + 1 + len(numbers)))
+                    and (numbers[-1] if numbers else int(seen)) >= int(written or 0)):
                 rows = [(bucket, *state_format.decode_row_field(field), state_format.decode_row(value))
                         for _, values in entries for bucket, field, value in orjson.loads(values[b"r"])]
                 return RowRead(_log_cursor(entries[-1]) if entries else cursor, False, rows)
         with self._round_trip("row read"):
-            # The log's end first: rows read after it are at least as new, and reading them again is harmless.
+            # The lease and the log's end first: every commit after them is logged, and rows read
+            # after them are at least as new (reading one again is harmless).
             pipe = self.client.pipeline(transaction=False)
+            pipe.set(lease, 1, px=READER_LEASE_MS)
             pipe.hget(meta, "rowseq")
             pipe.xrevrange(log, count=1)
-            written, last = pipe.execute()
+            _, written, last = pipe.execute()
             buckets: list[Any] = list(self.client.zrangebyscore(self._key(partition, "aggidx"), since_bucket, "+inf"))
             pipe = self.client.pipeline(transaction=False)
             for bucket in buckets:
@@ -424,7 +437,10 @@ class RedisStore:
             replies = pipe.execute()
         rows = [(int(bucket), *state_format.decode_row_field(field), state_format.decode_row(value))
                 for bucket, held in zip(buckets, replies, strict=True) for field, value in held.items()]
-        return RowRead(_log_cursor(last[0]) if last else f"0-0/{int(written or 0)}", True, rows)
+        newest = last[0] if last else None
+        cursor = (_log_cursor(newest) if newest is not None and int(newest[1][b"n"]) >= int(written or 0)
+                  else f"{_text(newest[0]) if newest is not None else '0-0'}/{int(written or 0)}")
+        return RowRead(cursor, True, rows)
 
     def partitions(self) -> list[str]:
         with self._round_trip("partition list"):

@@ -53,6 +53,28 @@ def test_a_reader_behind_the_trimmed_row_log_reads_the_rows_whole(redis_server: 
     client.close()
 
 
+def test_the_row_log_is_written_only_while_a_reader_holds_its_lease(redis_server: RedisServer) -> None:
+    client = connect(redis_server.url)
+    store = RedisStore(client, namespace=f"lease-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
+                       state_ttl_ms=HORIZON, wall_clock=False)
+    engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+    messages = [v for _, v in Simulator(SimulationSpec(events=600, seed=9, queries=10, rate=5.0)).messages()]
+    log = f"{{{store.namespace}:t:0}}:rowlog"
+    epoch = store.claim("t:0")
+    apply_batch(store, engine, "t:0", parsed(messages[:200]), epoch=epoch, next_offset=200)
+    assert not client.exists(log)
+    cursor = store.read_rows("t:0", None, since_bucket=0).cursor
+    apply_batch(store, engine, "t:0", parsed(messages[200:400]), epoch=epoch, next_offset=400)
+    assert client.xlen(log) == 1
+    assert not store.read_rows("t:0", cursor, since_bucket=0).whole
+    # The reader went away: commits after its lease are not logged, and it reads whole when back.
+    client.delete(f"{{{store.namespace}:t:0}}:reader")
+    apply_batch(store, engine, "t:0", parsed(messages[400:]), epoch=epoch, next_offset=600)
+    assert client.xlen(log) == 1
+    assert store.read_rows("t:0", cursor, since_bucket=0).whole
+    client.close()
+
+
 def test_a_redis_outage_is_a_recoverable_error() -> None:
     client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
     store = RedisStore(client, namespace="down", bucket_ms=BUCKET, horizon_ms=HORIZON,
