@@ -63,11 +63,12 @@ def group_row(group: Group, grades: Mapping[str, float], cutoffs: Sequence[int])
     exposure = [0.0] * len(cutoffs)
     unjudged = [0.0] * len(cutoffs)
     # One pass over the ranks for every cut-off: this runs for each group a batch re-credits.
+    indexed = list(enumerate(cutoffs))
     for doc, at in group.ranks.items():
         judged = doc in grades
         for rank, count in at.items():
             weight = count * discount(rank)
-            for i, k in enumerate(cutoffs):
+            for i, k in indexed:
                 if rank <= k:
                     exposure[i] += weight
                     if not judged:
