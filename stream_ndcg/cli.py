@@ -263,7 +263,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    return demo.run(rate=args.rate, metrics_port=args.metrics_port)
+    return demo.run(rate=args.rate, metrics_port=args.metrics_port, api_port=args.api_port)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -366,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="Kafka, Redis, the service and simulated traffic, with a live view")
     demo.add_argument("--rate", type=float, default=300.0, help="events per second")
     demo.add_argument("--metrics-port", type=int, default=9464)
+    demo.add_argument("--api-port", type=int, default=9465, help="the drill-down page's port (default 9465)")
     demo.set_defaults(handler=cmd_demo)
 
     simulate = sub.add_parser("simulate", help="generate realistic traffic to Kafka or to a JSONL file")

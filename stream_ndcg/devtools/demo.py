@@ -16,11 +16,12 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from prometheus_client import CollectorRegistry
 
+from stream_ndcg.api import Api
 from stream_ndcg.config import Settings
 from stream_ndcg.devtools.producer import produce
 from stream_ndcg.devtools.servers import KafkaBroker, RedisServer
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
-from stream_ndcg.service import build
+from stream_ndcg.service import build, explorer
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.vocabulary import MetricName, total
 
@@ -41,10 +42,11 @@ def _traffic(bootstrap: str, rate: float, stop: threading.Event) -> None:
     produce(bootstrap, TOPIC, until_stopped(), paced=True, rate=rate)
 
 
-def _view(registry: CollectorRegistry, settings: Settings, port: int, started: float) -> str:
+def _view(registry: CollectorRegistry, settings: Settings, port: int, api_port: int, started: float) -> str:
     k = str(max(settings.k))
     events = _total(registry, total(MetricName.EVENTS))
     lines = [f"stream-ndcg demo   metrics: http://{settings.metrics_host}:{port}/metrics   Ctrl-C stops everything",
+             f"                   drill-down page: http://{settings.api_host}:{api_port}/",
              "",
              f"{'window':>7} {'variant':>8} {'nDCG@' + k:>9} {'DCG@' + k:>8} {'judged@' + k:>10} {'impressions':>12}"]
     for window in settings.windows:
@@ -87,7 +89,7 @@ def _sum_ratio(registry: CollectorRegistry, numerator: str, denominator: str, k:
     return top / bottom if bottom else float("nan")
 
 
-def run(rate: float = 300.0, metrics_port: int = 9464) -> int:
+def run(rate: float = 300.0, metrics_port: int = 9464, api_port: int = 9465) -> int:
     with tempfile.TemporaryDirectory(prefix="stream-ndcg-demo-") as root:
         print("starting Kafka and Redis (the first run fetches Kafka's jars with Maven)...", file=sys.stderr)
         with KafkaBroker.start(Path(root, "kafka")) as kafka, RedisServer.start(Path(root, "redis")) as redis:
@@ -96,10 +98,13 @@ def run(rate: float = 300.0, metrics_port: int = 9464) -> int:
             admin.close()
             settings = Settings.load(flags={
                 "bootstrap_servers": kafka.bootstrap, "redis_url": redis.url, "topics": TOPIC,
-                "segment_labels": "variant,engine", "windows": "1m,5m,1h", "metrics_port": str(metrics_port)})
+                "segment_labels": "variant,engine", "windows": "1m,5m,1h", "metrics_port": str(metrics_port),
+                "api_port": str(api_port)})
             registry = CollectorRegistry()
             processor, exporter = build(settings, registry)
             port = exporter.serve(settings.metrics_host, settings.metrics_port, ready=processor.ready)
+            api = Api(explorer(settings))
+            api_port = api.serve(settings.api_host, settings.api_port)
             stop = threading.Event()
             producer = threading.Thread(target=_traffic, args=(kafka.bootstrap, rate, stop), daemon=True)
             consumer = threading.Thread(target=processor.run, daemon=True)
@@ -108,7 +113,7 @@ def run(rate: float = 300.0, metrics_port: int = 9464) -> int:
             started = time.monotonic()
             try:
                 while consumer.is_alive():
-                    sys.stdout.write("\x1b[H\x1b[2J" + _view(registry, settings, port, started) + "\n")
+                    sys.stdout.write("\x1b[H\x1b[2J" + _view(registry, settings, port, api_port, started) + "\n")
                     sys.stdout.flush()
                     time.sleep(2)
             except KeyboardInterrupt:
@@ -119,5 +124,6 @@ def run(rate: float = 300.0, metrics_port: int = 9464) -> int:
                 consumer.join(timeout=30)
                 producer.join(timeout=10)
                 exporter.close()
+                api.close()
     print("stopped Kafka, Redis and the service", file=sys.stderr)
     return 0

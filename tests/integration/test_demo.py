@@ -3,6 +3,7 @@ in, and nothing left behind on Ctrl-C."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.request import urlopen
 
 import pytest
 
@@ -32,12 +34,12 @@ def children_of(pid: int) -> set[int]:
 
 
 def test_demo_shows_the_better_variant_ahead_fills_every_window_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
-    port = free_port()
+    port, api_port = free_port(), free_port()
     out = tmp_path / "demo.out"
     begun = time.monotonic()
     with open(out, "wb") as stream:
         demo = subprocess.Popen([sys.executable, "-m", "stream_ndcg.cli", "demo", "--metrics-port", str(port),
-                                 "--rate", "400"], stdout=stream, stderr=subprocess.STDOUT)
+                                 "--api-port", str(api_port), "--rate", "400"], stdout=stream, stderr=subprocess.STDOUT)
     try:
         frame = ""
         deadline = time.monotonic() + 90
@@ -51,6 +53,9 @@ def test_demo_shows_the_better_variant_ahead_fills_every_window_and_ctrl_c_stops
         assert len(rows) == 2, f"no nDCG for both variants after 90s:\n{frame}"
         assert float(rows["A"]) > float(rows["B"]), frame
         assert f"127.0.0.1:{port}/metrics" in frame
+        assert f"drill-down page: http://127.0.0.1:{api_port}/" in frame
+        summary = json.loads(urlopen(f"http://127.0.0.1:{api_port}/api/v1/summary?window=1h", timeout=10).read())
+        assert {row["segment"]["variant"] for row in summary["rows"]} >= {"A", "B"}
         started = children_of(demo.pid)
         assert started, "the demo started no Kafka or Redis process"
         # Minutes in, the traffic's event time keeps up with the wall clock: every window, the
