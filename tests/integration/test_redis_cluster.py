@@ -110,7 +110,12 @@ def test_an_acl_user_limited_to_the_service_commands_can_run_on_the_cluster(
     try:
         assert store.adopt({"k": [3, 10]}) is False
         for partition in ("t:0", "t:1", "t:2"):
-            apply_batch(store, engine, partition, events, epoch=store.claim(partition), next_offset=500)
+            epoch = store.claim(partition)
+            apply_batch(store, engine, partition, events[:250], epoch=epoch, next_offset=250)
+            # The drill-down reads the rows, then the row log the next commit writes.
+            cursor = store.read_rows(partition, None, since_bucket=0).cursor
+            apply_batch(store, engine, partition, events[250:], epoch=epoch, next_offset=500)
+            assert store.read_rows(partition, cursor, since_bucket=0).rows
         assert store.counts()["impression"] > 0
         assert store.aggregates()
         assert store.clock_ms() is not None

@@ -98,14 +98,21 @@ def test_redis_acl_user_over_tls(kafka: KafkaBroker, tls_files: TlsFiles, servic
         admin.close()
         topic = create_topic(kafka.bootstrap, partitions=2)
         messages = traffic()
-        produce(kafka.bootstrap, topic, messages)
+        half = len(messages) // 2
+        produce(kafka.bootstrap, topic, messages[:half])
         url = f"rediss://sndcg:{REDIS_PASSWORD}@127.0.0.1:{server.port}/0"
         env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_REDIS_URL=url,
                    STREAM_NDCG_REDIS_CA_FILE=str(tls_files.ca), STREAM_NDCG_LOG_LEVEL="DEBUG")
         service = Service(env, tmp_path)
         services.append(service)
         service.start()
+        wait_for_messages(service, half)
+        # The drill-down's reads, and (once it reads) the row log its commits write, within the ACL.
+        assert service.api("/api/v1/queries?window=1h")[0] == 200
+        produce(kafka.bootstrap, topic, messages[half:])
         samples = wait_for_messages(service, len(messages))
+        status, answer = service.api("/api/v1/queries?window=1h&limit=1000")
+        assert status == 200 and answer["total"] > 0
         assert ("stream_ndcg_scrape_errors_total", ()) not in samples or \
             samples[("stream_ndcg_scrape_errors_total", ())] == 0
         assert service.stop() == 0
