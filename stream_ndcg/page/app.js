@@ -10,6 +10,8 @@
 (function () {
   const TOKEN_KEY = "stream-ndcg.api-token";
   const PAGE_SIZE = 50;
+  // A query's distinct lists shown before "show all": the busiest ones, the API sorts by impressions.
+  const LISTS_SHOWN = 8;
   // Defaults are left out of the fragment, so links stay short.
   const DEFAULTS = { view: "worst", sort: "ndcg", order: "asc", offset: "0", min_impressions: "1",
                      queue_limit: "100" };
@@ -69,6 +71,10 @@
       return "num";
     }
     return value < 0 ? "num worse" : "num better";
+  }
+
+  function plural(count, noun) {
+    return num(count, 0) + " " + noun + (count === 1 ? "" : "s");
   }
 
   function percent(value) {
@@ -256,6 +262,10 @@
     });
     $("page-next").addEventListener("click", () => navigate({ offset: String(Number(state.offset) + PAGE_SIZE) }));
     $("detail-close").addEventListener("click", () => navigate({ query: undefined }));
+    $("detail-more-lists").addEventListener("click", () => {
+      $("detail-more-lists").hidden = true;
+      $("detail-lists").classList.add("all");
+    });
     $("queue-limit").addEventListener("change", (e) => navigate({ queue_limit: e.target.value }));
     $("download-csv").addEventListener("click", downloadQueue);
     $("token-form").addEventListener("submit", (event) => {
@@ -491,7 +501,11 @@
 
   function gradeCell(grade) {
     if (grade === null || grade === undefined) return el("td", { className: "num grade", text: "unjudged" });
-    return el("td", { className: "num grade", text: num(grade, 2) });
+    return el("td", { className: "num grade", text: gradeText(grade) });
+  }
+
+  function gradeText(grade) {
+    return String(Number(grade.toFixed(2)));
   }
 
   function gradeClass(grade) {
@@ -526,19 +540,24 @@
       figures);
 
     const lists = clear($("detail-lists"));
+    const more = $("detail-more-lists");
+    more.hidden = answer.lists.length <= LISTS_SHOWN;
+    more.textContent = "show all " + answer.lists.length + " lists";
+    lists.classList.remove("all");
     answer.lists.forEach((list, index) => {
-      const perK = cutoffs.map((k) => "@" + k + ": nDCG " + num(list.ndcg[k], 4) + ", DCG " + num(list.dcg[k], 3)
-                                      + " / ideal " + num(list.ideal_dcg[k], 3)).join("  \u00b7  ");
+      const perK = cutoffs.map((k) => "nDCG@" + k + " " + num(list.ndcg[k], 4) + " (DCG " + num(list.dcg[k], 3)
+                                      + " of " + num(list.ideal_dcg[k], 3) + ")").join(" \u00b7 ");
       const segments = list.segments.map((s) => segmentText(s.segment) + " (" + num(s.impressions, 0) + ")").join("; ");
       const rows = list.results.map((result) => el("tr", {
         className: [gradeClass(result.grade), result.rank > maxK ? "beyond-k" : ""].join(" ").trim(),
         dataset: { docId: result.doc_id, rank: String(result.rank) },
       }, [el("td", { className: "num", text: String(result.rank) }), el("td", { className: "id", text: result.doc_id }),
           gradeCell(result.grade)]));
-      lists.append(el("div", { className: "list-card", dataset: { listIndex: String(index) } }, [
+      lists.append(el("div", { className: index < LISTS_SHOWN ? "list-card" : "list-card extra",
+                               dataset: { listIndex: String(index) } }, [
         el("div", { className: "list-head" }, [
           el("strong", { text: "list " + (index + 1) }),
-          el("span", { text: " \u00b7 " + num(list.impressions, 0) + " impressions \u00b7 " + segments }),
+          el("span", { text: " \u00b7 " + plural(list.impressions, "impression") + " \u00b7 " + segments }),
         ]),
         el("div", { className: "small", text: perK }),
         el("table", { className: "grid compact list" }, [
@@ -573,7 +592,7 @@
           dataset: { docId },
         }, [el("td", { className: "id", text: index === 0 ? docId : "" }), el("td", { text: time(entry.ts) }),
             el("td", { className: "id", text: entry.event_id }),
-            el("td", { className: "num grade", text: retracted ? "retracted" : num(entry.grade, 2) })]));
+            el("td", { className: "num grade", text: retracted ? "retracted" : gradeText(entry.grade) })]));
       });
     }
     if (Object.keys(answer.judgments).length === 0) {
