@@ -29,6 +29,7 @@ TOKEN = "page-Token-42"
 SCRIPT_ID = "<script>window.pwned=1</script>"
 IMG_ID = '<img src=x onerror="window.pwned=1">'
 NOW = 1_700_000_000_000
+REFUSED = "vs: the 1h before this one is behind the retention horizon (1h10m): raise grace to serve it"
 
 
 def query_row(query_id: str, ndcg: float | None, impressions: int, vs: bool) -> dict[str, Any]:
@@ -130,6 +131,9 @@ def canned() -> Iterator[Canned]:
             if parts.path == "/api/v1/summary":
                 answer: Any = summary(params.get("window", "1m"))
             elif parts.path == "/api/v1/queries":
+                if params.get("vs") == "previous" and params.get("window") == "1h":
+                    self.send(400, json.dumps({"error": REFUSED}).encode(), "application/json")
+                    return
                 answer = queries(params)
             elif parts.path.startswith("/api/v1/queries/"):
                 answer = detail(unquote(parts.path.removeprefix("/api/v1/queries/")), params)
@@ -175,6 +179,7 @@ def signed_in(tab: Tab) -> None:
     tab.page.wait_for_selector("#token-form:not([hidden])")
     tab.page.fill("#token-input", TOKEN)
     tab.after(lambda: tab.page.click("#token-form button[type=submit]"))
+    assert tab.page.is_hidden("#token-form")
 
 
 def test_hostile_ids_are_text_and_never_run(canned: Canned) -> None:
@@ -276,3 +281,19 @@ def test_judging_queue_download_holds_the_rows_served(canned: Canned) -> None:
     # Every API request after the token was given carried it.
     first_with = next(i for i, (_, _, a) in enumerate(canned.asked) if a)
     assert all(a == f"Bearer {TOKEN}" for _, _, a in canned.asked[first_with:])
+
+
+def test_a_refusal_is_shown_with_the_api_message(canned: Canned) -> None:
+    with open_page(f"http://127.0.0.1:{canned.port}/#window=1h&view=movers") as tab:
+        signed_in(tab)
+        page = tab.page
+        assert canned.last("/api/v1/queries")["vs"] == "previous"
+        assert page.is_visible("#queries-error")
+        assert page.text_content("#queries-error") == REFUSED
+        assert page.eval_on_selector_all("#worst-queries tbody tr", "rows => rows.length") == 0
+        # The other panels still load.
+        assert page.eval_on_selector_all("#judging-queue tbody tr", "rows => rows.length") == len(PAIRS)
+        tab.after(lambda: page.click("#view-worst"))
+        assert page.is_hidden("#queries-error")
+        assert "vs" not in canned.last("/api/v1/queries")
+    assert tab.errors == []
