@@ -457,7 +457,7 @@
     }
     if (answer.queries.length === 0) {
       body.append(el("tr", {}, [el("td", { colSpan: columns.length, className: "empty",
-                                           text: "no query with at least " + answer.min_impressions
+                                           text: "no query with at least " + state.min_impressions
                                                  + " impressions here" })]));
     }
     const against = answer.vs === "previous" ? " against the " + answer.window + " before"

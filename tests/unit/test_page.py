@@ -61,7 +61,7 @@ def queries(params: dict[str, str]) -> dict[str, Any]:
             "segment": {k.removeprefix("segment."): v for k, v in params.items() if k.startswith("segment.")},
             "vs": vs, "sort": params.get("sort", "ndcg"), "order": params.get("order", "asc"),
             "limit": int(params.get("limit", "50")), "offset": int(params.get("offset", "0")), "total": len(rows),
-            "min_impressions": int(params.get("min_impressions", "1")), "now_ms": NOW, "buckets": [10, 20],
+            "now_ms": NOW, "buckets": [10, 20],
             "vs_buckets": [0, 9] if vs == "previous" else None, "queries": rows}
 
 
