@@ -79,7 +79,7 @@ class Api:
             if path == "/api/v1/queries":
                 return _json(explorer.queries(Question.parse(params, explorer.view)))
             if path.startswith(_QUERIES):
-                question = Question.parse(params, explorer.view)
+                question = Question.parse(params, explorer.view, kind="query")
                 return _json(explorer.query(unquote(path.removeprefix(_QUERIES)), question))
             if path == "/api/v1/judging-queue":
                 question = Question.parse(params, explorer.view, kind="judging-queue")

@@ -27,8 +27,10 @@ from stream_ndcg.setting_values import Bad, duration, format_duration
 from stream_ndcg.store import StateStore
 from stream_ndcg.windows import by_segment_values, oldest_kept_bucket, window_means
 
-# The most rows one answer pages through, and the longest query id asked for (the event contract's).
-MAX_LIMIT = {"queries": 1000, "judging-queue": 10_000}
+# The rows one answer holds by default and at most (a query's distinct lists for "query"), and the
+# longest query id asked for (the event contract's).
+DEFAULT_LIMIT = {"queries": 50, "judging-queue": 100, "query": 200}
+MAX_LIMIT = {"queries": 1000, "judging-queue": 10_000, "query": 1000}
 MAX_QUERY_ID = 512
 _ORDERS = ("asc", "desc")
 _FORMATS = ("json", "jsonl", "csv")
@@ -94,7 +96,7 @@ class Question:
         if order not in _ORDERS:
             raise BadParameter("order", f"{order!r} is not asc or desc")
         cap = MAX_LIMIT[kind]
-        limit = _integer("limit", one("limit", "100" if kind == "judging-queue" else "50"), 1, cap)
+        limit = _integer("limit", one("limit", str(DEFAULT_LIMIT[kind])), 1, cap)
         form = one("format", "json")
         if form not in _FORMATS:
             raise BadParameter("format", f"{form!r} is not one of {', '.join(_FORMATS)}")
@@ -171,6 +173,10 @@ class Explorer:
         self.index.drop_before(oldest)
         return oldest
 
+    def _edges(self, first: int, last: int) -> dict[str, int]:
+        """The window's time span: from the start of its first bucket to the end of its last."""
+        return {"from_ms": first * self.view.bucket_ms, "to_ms": (last + 1) * self.view.bucket_ms}
+
     def _buckets(self, question: Question, now_ms: int) -> tuple[int, int]:
         return self.view.window_buckets(now_ms, question.window_ms)
 
@@ -194,7 +200,7 @@ class Explorer:
         return {"window": format_duration(question.window_ms),
                 "windows": [format_duration(w) for w in self.view.windows_ms],
                 "cutoffs": list(self.view.cutoffs), "segment_labels": list(self.view.segment_labels),
-                "now_ms": now, "buckets": [first, last], "rows": rows}
+                "now_ms": now, "buckets": [first, last], **self._edges(first, last), "rows": rows}
 
     def queries(self, question: Question) -> dict[str, Any]:
         """Per query: the window's figures, and the change against `vs`."""
@@ -221,7 +227,7 @@ class Explorer:
         return {"window": format_duration(question.window_ms), "k": question.k, "segment": question.segment,
                 "vs": _vs_text(question.vs), "sort": question.sort, "order": "desc" if question.descending else "asc",
                 "limit": question.limit, "offset": question.offset, "total": len(ranked), "now_ms": now,
-                "buckets": [first, last], "vs_buckets": vs_buckets,
+                "buckets": [first, last], **self._edges(first, last), "vs_buckets": vs_buckets,
                 "queries": ranked[question.offset:question.offset + question.limit]}
 
     def query(self, query_id: str, question: Question) -> dict[str, Any]:
@@ -251,15 +257,17 @@ class Explorer:
         for history in judgments.values():
             history.sort(key=lambda j: (j["ts"], j["event_id"] or ""))
         ideal = sorted(grades.items(), key=lambda item: (-item[1], item[0]))
+        details = drilldown.list_details(lists, grades, self.measure)
         gains = [self.measure.gain_of(g) for g in grades.values()]
         return {
             "query_id": query_id, "window": format_duration(question.window_ms), "now_ms": now,
-            "buckets": [first, last], "cutoffs": list(self.measure.cutoffs), "ideal": self.measure.ideal,
+            "buckets": [first, last], **self._edges(first, last), "cutoffs": list(self.measure.cutoffs),
+            "ideal": self.measure.ideal,
             "gain": self.measure.gain, "segment": question.segment,
             "summary": {"impressions": row[0] if row else 0.0,
                         "k": {str(k): drilldown.figures(row, i) if row else None
                               for i, k in enumerate(self.measure.cutoffs)}},
-            "lists": drilldown.list_details(lists, grades, self.measure),
+            "lists": details[:question.limit], "lists_total": len(details),
             "ideal_ordering": [{"doc_id": doc, "grade": grade} for doc, grade in ideal],
             "ideal_dcg": {str(k): ideal_dcg(gains, k) for k in self.measure.cutoffs},
             "judgments": dict(sorted(judgments.items())),
@@ -293,7 +301,7 @@ class Explorer:
         total = drilldown.total_exposure(table, at)
         return {
             "window": format_duration(question.window_ms), "k": question.k, "segment": question.segment,
-            "now_ms": now, "buckets": [first, last], "total_exposure": total,
+            "now_ms": now, "buckets": [first, last], **self._edges(first, last), "total_exposure": total,
             "pairs": [{"query_id": p.query_id, "doc_id": p.doc_id, "exposure": p.exposure,
                        "share": p.exposure / total if total else None, "best_rank": p.best_rank,
                        **_traffic(table[p.query_id], at)} for p in pairs],

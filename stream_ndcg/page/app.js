@@ -518,7 +518,8 @@
     const maxK = Math.max(...answer.cutoffs);
     $("detail-caption").textContent = "last " + answer.window + " (" + segmentText(state.segment) + "), ideal "
       + answer.ideal + ", gain " + answer.gain + ", as of " + time(answer.now_ms) + "; "
-      + answer.lists.length + " distinct ranked list" + (answer.lists.length === 1 ? "" : "s");
+      + answer.lists_total + " distinct ranked list" + (answer.lists_total === 1 ? "" : "s")
+      + (answer.lists_total > answer.lists.length ? " (the " + answer.lists.length + " busiest below)" : "");
 
     const figures = el("table", { className: "grid compact", id: "detail-figures" }, [
       el("thead", {}, [el("tr", {}, [el("th", { text: "k" }), el("th", { className: "num", text: "nDCG" }),

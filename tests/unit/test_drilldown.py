@@ -202,6 +202,11 @@ def test_a_query_shows_its_lists_scored_against_its_grades_and_its_judgment_hist
     detail = fed.explorer.query(worst["query_id"], question)
     grades = replay.grades(worst["query_id"])
     assert sum(entry["impressions"] for entry in detail["lists"]) == worst["impressions"]
+    assert detail["lists_total"] == len(detail["lists"]) > 1
+    assert detail["to_ms"] - detail["from_ms"] == 180_000
+    capped = fed.explorer.query(worst["query_id"], Question.parse({"window": ["3m"], "limit": ["1"]}, fed.view,
+                                                                   kind="query"))
+    assert capped["lists"] == detail["lists"][:1] and capped["lists_total"] == detail["lists_total"]
     for entry in detail["lists"]:
         ranked = [r["doc_id"] for r in entry["results"]]
         score = score_list(ranked, grades, measure)

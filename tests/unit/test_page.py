@@ -82,6 +82,7 @@ def detail(query_id: str, params: dict[str, str]) -> dict[str, Any]:
                        "results": [{"rank": 1, "doc_id": "d-good", "grade": 3.0}],
                        "dcg": {"5": 7.0, "10": 7.0}, "ndcg": {"5": 1.0, "10": 1.0},
                        "ideal_dcg": {"5": 7.0, "10": 7.0}}],
+            "lists_total": 2,
             "ideal_ordering": [{"doc_id": "d-good", "grade": 3.0}, {"doc_id": "d-neg", "grade": -1.0}],
             "ideal_dcg": {"5": 7.0, "10": 7.0},
             "judgments": {"d-good": [{"ts": NOW - 5000, "event_id": "j1", "grade": 2.0},
