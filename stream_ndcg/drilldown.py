@@ -12,7 +12,7 @@ impressions. The replay computes the same rows impression by impression
 
     index = QueryIndex(row_fields((10,)))
     index.put("t:0", 28_000_000, '{"variant":"B"}', "q1", (3.0, ...))
-    table = query_table(index.window(27_999_941, 28_000_000), {"variant": "B"})
+    table = index.window(27_999_941, 28_000_000, {"variant": "B"})
 
 Exposure of a document in one impression: 1 / log2(rank + 1) at its first
 rank, if that is <= k. The judging queue ranks unjudged (query, document)
@@ -114,8 +114,11 @@ def matches(segment_key: str, wanted: SegmentFilter) -> bool:
 class _View:
     first: int
     last: int
-    # (segment, query) -> summed row, over the buckets first..last of every partition.
-    sums: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    # The segment values a row must have to count (`matches`), as a key and as a mapping.
+    wanted: tuple[tuple[str, str], ...]
+    admits: dict[str, str]
+    # query -> summed row, over the buckets first..last of every partition and the wanted segments.
+    sums: dict[str, list[float]] = field(default_factory=dict)
 
 
 class QueryIndex:
@@ -132,7 +135,7 @@ class QueryIndex:
     def __init__(self, fields: Sequence[str]) -> None:
         self.fields = tuple(fields)
         self._buckets: dict[int, dict[RowKey, Row]] = {}
-        self._views: OrderedDict[tuple[int, int], _View] = OrderedDict()
+        self._views: OrderedDict[tuple[int, int, tuple[tuple[str, str], ...]], _View] = OrderedDict()
 
     def put(self, partition: str, bucket: int, segment: str, query_id: str, row: Row) -> None:
         if len(row) != len(self.fields):
@@ -144,8 +147,8 @@ class QueryIndex:
         for view in self._views.values():
             if view.first <= bucket <= view.last:
                 if old is not None:
-                    self._move(view, (segment, query_id), old, -1.0)
-                self._move(view, (segment, query_id), row, 1.0)
+                    self._move(view, segment, query_id, old, -1.0)
+                self._move(view, segment, query_id, row, 1.0)
 
     def drop_partition(self, partition: str) -> None:
         """Forget every row of a partition (before reading it whole again)."""
@@ -158,30 +161,36 @@ class QueryIndex:
         """Forget the buckets behind the horizon."""
         for old in [b for b in self._buckets if b < bucket]:
             del self._buckets[old]
+        # A view over a dropped bucket could no longer let it go as it slides.
+        for key in [key for key, view in self._views.items() if view.first < bucket]:
+            del self._views[key]
 
     def partitions_of(self, query_id: str) -> set[str]:
         return {p for rows in self._buckets.values() for (p, _, q) in rows if q == query_id}
 
-    def window(self, first: int, last: int) -> dict[tuple[str, str], list[float]]:
-        """The summed rows of buckets first..last, by (segment, query); do not modify them."""
-        view = self._views.get((first, last))
+    def window(self, first: int, last: int, wanted: SegmentFilter) -> dict[str, list[float]]:
+        """The summed rows per query of buckets first..last and the segments `wanted` admits; do
+        not modify them."""
+        key = (first, last, tuple(sorted(wanted.items())))
+        view = self._views.get(key)
         if view is None:
-            view = self._slid_view(first, last) or self._new_view(first, last)
-        self._views[(first, last)] = view
-        self._views.move_to_end((first, last))
+            view = self._slid_view(*key) or self._new_view(*key)
+        self._views[key] = view
+        self._views.move_to_end(key)
         while len(self._views) > self.MAX_VIEWS:
             self._views.popitem(last=False)
         return view.sums
 
-    def _slid_view(self, first: int, last: int) -> _View | None:
-        """The nearest older view of the same length, moved forward: what left it taken out, what
-        entered it added (None if none is close enough to be cheaper than a new sum)."""
+    def _slid_view(self, first: int, last: int, wanted: tuple[tuple[str, str], ...]) -> _View | None:
+        """The nearest older view of the same length and segments, moved forward: what left it
+        taken out, what entered it added (None if none is close enough to be cheaper than a new sum)."""
         length = last - first
-        older = [v for v in self._views.values() if v.last - v.first == length and first - length <= v.first < first]
+        older = [v for v in self._views.values()
+                 if v.wanted == wanted and v.last - v.first == length and first - length <= v.first < first]
         if not older:
             return None
         view = max(older, key=lambda v: v.first)
-        del self._views[(view.first, view.last)]
+        del self._views[(view.first, view.last, view.wanted)]
         for bucket in range(view.first, first):
             self._add_bucket(view, bucket, -1.0)
         for bucket in range(max(view.last + 1, first), last + 1):
@@ -189,38 +198,27 @@ class QueryIndex:
         view.first, view.last = first, last
         return view
 
-    def _new_view(self, first: int, last: int) -> _View:
-        view = _View(first, last)
+    def _new_view(self, first: int, last: int, wanted: tuple[tuple[str, str], ...]) -> _View:
+        view = _View(first, last, wanted, dict(wanted))
         for bucket in range(first, last + 1):
             self._add_bucket(view, bucket, 1.0)
         return view
 
     def _add_bucket(self, view: _View, bucket: int, sign: float) -> None:
         for (_, segment, query_id), row in self._buckets.get(bucket, {}).items():
-            self._move(view, (segment, query_id), row, sign)
+            self._move(view, segment, query_id, row, sign)
 
     @staticmethod
-    def _move(view: _View, key: tuple[str, str], row: Sequence[float], sign: float) -> None:
-        total = view.sums.get(key)
+    def _move(view: _View, segment: str, query_id: str, row: Sequence[float], sign: float) -> None:
+        if view.admits and not matches(segment, view.admits):
+            return
+        total = view.sums.get(query_id)
         if total is None:
-            total = view.sums[key] = [0.0] * len(row)
+            total = view.sums[query_id] = [0.0] * len(row)
         add_into(total, row, sign)
         # Impressions are whole numbers, exact in a float: a row that left for good left nothing.
         if total[0] <= 0.0:
-            del view.sums[key]
-
-
-def query_table(sums: Mapping[tuple[str, str], list[float]], wanted: SegmentFilter) -> dict[str, list[float]]:
-    """The window's sums per query, over the segments `wanted` admits."""
-    table: dict[str, list[float]] = {}
-    for (segment, query_id), row in sums.items():
-        if matches(segment, wanted):
-            total = table.get(query_id)
-            if total is None:
-                table[query_id] = list(row)
-            else:
-                add_into(total, row)
-    return table
+            del view.sums[query_id]
 
 
 def figures(row: Sequence[float], cutoff_index: int) -> dict[str, float | None]:
@@ -240,39 +238,73 @@ COMPARED = ("impressions", "ndcg", "dcg", "judged_ratio")
 SORTS = ("query_id", *FIGURES, *(f"change_{name}" for name in COMPARED))
 
 
-def compare(table: Mapping[str, Sequence[float]], other: Mapping[str, Sequence[float]] | None, cutoff_index: int,
-            min_impressions: float) -> list[dict[str, Any]]:
-    """One record per query with at least `min_impressions`: its figures, and with `other` the
-    other side's figures and the change from them (None where either side has no value)."""
-    records = []
+def record(query_id: str, row: Sequence[float], theirs: Sequence[float] | None, cutoff_index: int,
+           compared: bool) -> dict[str, Any]:
+    """One query's figures; when `compared`, the other side's (`theirs`, None where it has no
+    impression) and the change from them (None where either side has no value)."""
+    ours: dict[str, Any] = {"query_id": query_id, **figures(row, cutoff_index), "vs": None, "change": None}
+    if compared:
+        then = figures(theirs, cutoff_index) if theirs is not None else dict.fromkeys(FIGURES)
+        ours["vs"] = then
+        ours["change"] = {name: None if ours[name] is None or then[name] is None else ours[name] - then[name]
+                          for name in COMPARED}
+    return ours
+
+
+def _sort_value(sort: str, table: Mapping[str, Sequence[float]], other: Mapping[str, Sequence[float]] | None,
+                cutoff_index: int) -> Callable[[str], Any]:
+    """What a query is sorted by, from its sums alone (no record is built for the queries not shown)."""
+    if sort == "query_id":
+        return lambda query_id: query_id
+    name = sort.removeprefix("change_")
+    position = {"impressions": 0, "scored_impressions": _at(cutoff_index, _SCORED), "ndcg": _at(cutoff_index, _NDCG),
+                "dcg": _at(cutoff_index, _DCG), "judged_ratio": _at(cutoff_index, _JUDGED)}[name]
+    denominator = {"ndcg": _at(cutoff_index, _SCORED), "dcg": 0, "judged_ratio": 0}.get(name)
+
+    def figure(row: Sequence[float] | None) -> float | None:
+        if row is None:
+            return None
+        if denominator is None:
+            return row[position]
+        return row[position] / row[denominator] if row[denominator] else None
+
+    if sort == name:
+        return lambda query_id: figure(table[query_id])
+    others = other or {}
+
+    def change(query_id: str) -> float | None:
+        now, then = figure(table[query_id]), figure(others.get(query_id))
+        return None if now is None or then is None else now - then
+    return change
+
+
+def page(table: Mapping[str, Sequence[float]], other: Mapping[str, Sequence[float]] | None, cutoff_index: int, *,
+         min_impressions: float, sort: str, descending: bool, offset: int,
+         limit: int) -> tuple[int, list[dict[str, Any]]]:
+    """The queries with at least `min_impressions`, sorted by `sort` (missing values last whatever
+    the order, ties by query id), and the records of rows offset..offset+limit: (how many, records).
+    Only the records shown are built: a window can hold a hundred thousand queries."""
+    value = _sort_value(sort, table, other, cutoff_index)
+    present: list[tuple[Any, str]] = []
+    missing: list[str] = []
     for query_id, row in table.items():
-        if row[0] < min_impressions:
-            continue
-        record: dict[str, Any] = {"query_id": query_id, **figures(row, cutoff_index), "vs": None, "change": None}
-        if other is not None:
-            theirs = other.get(query_id)
-            then = figures(theirs, cutoff_index) if theirs is not None else dict.fromkeys(FIGURES)
-            record["vs"] = then
-            record["change"] = {name: None if record[name] is None or then[name] is None else record[name] - then[name]
-                                for name in COMPARED}
-        records.append(record)
-    return records
-
-
-def sort_records(records: list[dict[str, Any]], sort: str, descending: bool) -> list[dict[str, Any]]:
-    """Sorted by one column, missing values last whatever the order; ties by query id."""
-    if sort.startswith("change_"):
-        def value(record: dict[str, Any]) -> Any:
-            return (record["change"] or {}).get(sort.removeprefix("change_"))
+        if row[0] >= min_impressions:
+            held = value(query_id)
+            if held is None:
+                missing.append(query_id)
+            else:
+                present.append((held, query_id))
+    wanted = offset + limit
+    if sort == "query_id":
+        chosen = sorted((query_id for _, query_id in present), reverse=descending)[:wanted]
     else:
-        def value(record: dict[str, Any]) -> Any:
-            return record[sort]
-    present = [r for r in records if value(r) is not None]
-    missing = [r for r in records if value(r) is None]
-    present.sort(key=lambda r: r["query_id"])
-    present.sort(key=value, reverse=descending)
-    missing.sort(key=lambda r: r["query_id"])
-    return present + missing
+        chosen = [query_id for _, query_id in heapq.nsmallest(
+            wanted, present, key=(lambda item: (-item[0], item[1])) if descending else None)]
+    if len(chosen) < wanted:
+        chosen += sorted(missing)[:wanted - len(chosen)]
+    shown = [record(query_id, table[query_id], (other or {}).get(query_id), cutoff_index, other is not None)
+             for query_id in chosen[offset:]]
+    return len(present) + len(missing), shown
 
 
 @dataclass(frozen=True)

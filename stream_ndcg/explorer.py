@@ -209,7 +209,7 @@ class Explorer:
         at = self.view.cutoffs.index(question.k)
         with self._lock:
             oldest = self._refresh(now)
-            table = drilldown.query_table(self.index.window(first, last), question.segment)
+            table = self.index.window(first, last, question.segment)
             other, vs_buckets = None, None
             if question.vs == "previous":
                 length = last - first + 1
@@ -218,17 +218,18 @@ class Explorer:
                                              f"the retention horizon ({format_duration(self.horizon_ms)}): raise "
                                              "grace to serve it")
                 vs_buckets = [first - length, first - 1]
-                other = drilldown.query_table(self.index.window(first - length, first - 1), question.segment)
+                other = self.index.window(first - length, first - 1, question.segment)
             elif isinstance(question.vs, tuple):
                 label, value = question.vs
-                other = drilldown.query_table(self.index.window(first, last), {**question.segment, label: value})
-        records = drilldown.compare(table, other, at, question.min_impressions)
-        ranked = drilldown.sort_records(records, question.sort, question.descending)
+                other = self.index.window(first, last, {**question.segment, label: value})
+            total, shown = drilldown.page(table, other, at, min_impressions=question.min_impressions,
+                                          sort=question.sort, descending=question.descending,
+                                          offset=question.offset, limit=question.limit)
         return {"window": format_duration(question.window_ms), "k": question.k, "segment": question.segment,
                 "vs": _vs_text(question.vs), "sort": question.sort, "order": "desc" if question.descending else "asc",
-                "limit": question.limit, "offset": question.offset, "total": len(ranked), "now_ms": now,
+                "limit": question.limit, "offset": question.offset, "total": total, "now_ms": now,
                 "buckets": [first, last], **self._edges(first, last), "vs_buckets": vs_buckets,
-                "queries": ranked[question.offset:question.offset + question.limit]}
+                "queries": shown}
 
     def query(self, query_id: str, question: Question) -> dict[str, Any]:
         """One query in the window: its distinct lists scored, its ideal, its judgments' history."""
@@ -238,7 +239,9 @@ class Explorer:
         with self._lock:
             self._refresh(now)
             partitions = sorted(self.index.partitions_of(query_id))
-            row = drilldown.query_table(self.index.window(first, last), question.segment).get(query_id)
+            held = self.index.window(first, last, question.segment).get(query_id)
+            # A copy: the index moves its sums when the next request reads what changed.
+            row = list(held) if held is not None else None
         if not partitions:
             raise NotFound("query_id", "no impression of this query is held (unknown, or behind the horizon)")
         grades: dict[str, float] = {}
@@ -280,7 +283,7 @@ class Explorer:
         at = self.view.cutoffs.index(question.k)
         with self._lock:
             self._refresh(now)
-            table = drilldown.query_table(self.index.window(first, last), question.segment)
+            table = self.index.window(first, last, question.segment)
             homes: dict[str, set[str]] = {}
 
             def pairs_of(query_ids: list[str]) -> dict[str, dict[str, drilldown.Pair]]:
@@ -298,13 +301,14 @@ class Explorer:
                 return found
 
             pairs = drilldown.judging_queue(table, at, question.limit, pairs_of)
-        total = drilldown.total_exposure(table, at)
+            total = drilldown.total_exposure(table, at)
+            traffic = {p.query_id: _traffic(table[p.query_id], at) for p in pairs}
         return {
             "window": format_duration(question.window_ms), "k": question.k, "segment": question.segment,
             "now_ms": now, "buckets": [first, last], **self._edges(first, last), "total_exposure": total,
             "pairs": [{"query_id": p.query_id, "doc_id": p.doc_id, "exposure": p.exposure,
                        "share": p.exposure / total if total else None, "best_rank": p.best_rank,
-                       **_traffic(table[p.query_id], at)} for p in pairs],
+                       **traffic[p.query_id]} for p in pairs],
         }
 
 

@@ -5,6 +5,7 @@ judging queue and lists, to 1e-9, at several points of the stream."""
 from __future__ import annotations
 
 import math
+import random
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +22,7 @@ from stream_ndcg.metric import Ideal, Measure, discount, first_occurrences, scor
 from stream_ndcg.replay import Replay
 from stream_ndcg.store import MemoryStore
 from tests.support.batches import apply_batch, parsed
+from tests.support.drilldown import query_table
 
 BUCKET = 60_000
 WINDOWS = (60_000, 180_000)
@@ -85,16 +87,18 @@ def close(a: Any, b: Any) -> bool:
 
 def expected_records(replay: Replay, question: Question, measure: Measure) -> dict[str, dict[str, Any]]:
     first, last = window_of(replay, question.window_ms)
-    table = drilldown.query_table(replay.query_rows(first, last, BUCKET), question.segment)
+    table = query_table(replay.query_rows(first, last, BUCKET), question.segment)
     other = None
     if question.vs == "previous":
         before = window_of(replay, question.window_ms, lag=1)
-        other = drilldown.query_table(replay.query_rows(*before, BUCKET), question.segment)
+        other = query_table(replay.query_rows(*before, BUCKET), question.segment)
     elif isinstance(question.vs, tuple):
         label, value = question.vs
-        other = drilldown.query_table(replay.query_rows(first, last, BUCKET), {**question.segment, label: value})
+        other = query_table(replay.query_rows(first, last, BUCKET), {**question.segment, label: value})
     at = measure.cutoffs.index(question.k)
-    return {r["query_id"]: r for r in drilldown.compare(table, other, at, question.min_impressions)}
+    _, records = drilldown.page(table, other, at, min_impressions=question.min_impressions, sort=question.sort,
+                                descending=question.descending, offset=0, limit=len(table))
+    return {r["query_id"]: r for r in records}
 
 
 def assert_records_equal(got: list[dict[str, Any]], expected: dict[str, dict[str, Any]]) -> None:
@@ -157,8 +161,8 @@ def test_the_drill_down_equals_the_replay_as_the_stream_goes_on(ideal: Ideal) ->
             checked += 1
         for window_ms in WINDOWS:
             # Every figure of every row, exposure too (the judging queue's bound).
-            held = fed.explorer.index.window(*window_of(replay, window_ms))
-            expected_rows = replay.query_rows(*window_of(replay, window_ms), BUCKET)
+            held = fed.explorer.index.window(*window_of(replay, window_ms), {})
+            expected_rows = query_table(replay.query_rows(*window_of(replay, window_ms), BUCKET), {})
             assert held.keys() == expected_rows.keys()
             for key, row in held.items():
                 assert all(map(close, row, expected_rows[key])), (key, row, expected_rows[key])
@@ -185,7 +189,7 @@ def test_the_judging_queue_holds_the_pairs_of_most_unjudged_exposure(ideal: Idea
         # The last pair listed holds as much as the last of the oracle's top: none better was left out.
         assert close(pairs[-1]["exposure"], ranked[len(pairs) - 1])
         first, last = window_of(replay, question.window_ms)
-        rows = drilldown.query_table(replay.query_rows(first, last, BUCKET), question.segment)
+        rows = query_table(replay.query_rows(first, last, BUCKET), question.segment)
         assert close(answer["total_exposure"], drilldown.total_exposure(rows, measure.cutoffs.index(question.k)))
         assert all(close(p["share"], p["exposure"] / answer["total_exposure"]) for p in pairs)
 
@@ -257,3 +261,39 @@ def test_with_drilldown_off_the_engine_writes_no_rows_and_the_same_aggregates() 
     off = Engine(measure, BUCKET, horizon_ms=HORIZON, drilldown=False).apply(events, {}, set())
     assert on.rows and not off.rows
     assert off.aggregates == on.aggregates
+
+
+@pytest.mark.parametrize("sort", drilldown.SORTS)
+@pytest.mark.parametrize("descending", [False, True])
+def test_a_page_is_the_slice_of_the_whole_ranking(sort: str, descending: bool) -> None:
+    """`page` builds only the records it shows: each page is that slice of the full order (missing
+    values last, ties by query id), whatever the offset."""
+    rng = random.Random(f"{sort}{descending}")
+    fields = len(drilldown.row_fields((10,)))
+
+    def row() -> list[float]:
+        values = [float(rng.randint(0, 3)) for _ in range(fields)]
+        values[0] = float(rng.randint(1, 4))
+        return values
+
+    table = {f"q{i:02d}": row() for i in range(40)}
+    other = {query_id: row() for query_id in list(table)[::2]}
+    total, everything = drilldown.page(table, other, 0, min_impressions=2, sort=sort, descending=descending,
+                                       offset=0, limit=1000)
+    assert total == len(everything) == sum(1 for r in table.values() if r[0] >= 2)
+
+    def value(record: dict[str, Any]) -> Any:
+        return (record["change"] or {}).get(sort.removeprefix("change_")) if sort.startswith("change_") \
+            else record[sort]
+
+    present = [r for r in everything if value(r) is not None]
+    assert everything == present + [r for r in everything if value(r) is None]
+    keys = [(value(r), r["query_id"]) for r in present]
+    if sort == "query_id":
+        assert keys == sorted(keys, reverse=descending)
+    else:
+        assert keys == sorted(keys, key=lambda k: (-k[0] if descending else k[0], k[1]))
+    for offset in (0, 7, 30, 45):
+        _, shown = drilldown.page(table, other, 0, min_impressions=2, sort=sort, descending=descending,
+                                  offset=offset, limit=9)
+        assert shown == everything[offset:offset + 9]
