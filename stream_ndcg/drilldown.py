@@ -135,12 +135,15 @@ class QueryIndex:
     def __init__(self, fields: Sequence[str]) -> None:
         self.fields = tuple(fields)
         self._buckets: dict[int, dict[RowKey, Row]] = {}
+        # query -> the partitions holding a row of it (a query's state lives in its partitions).
+        self._homes: dict[str, set[str]] = {}
         self._views: OrderedDict[tuple[int, int, tuple[tuple[str, str], ...]], _View] = OrderedDict()
 
     def put(self, partition: str, bucket: int, segment: str, query_id: str, row: Row) -> None:
         if len(row) != len(self.fields):
             raise ValueError(f"a row of {len(row)} values, not {len(self.fields)}: written by another configuration")
         rows = self._buckets.setdefault(bucket, {})
+        self._homes.setdefault(query_id, set()).add(partition)
         key = (partition, segment, query_id)
         old = rows.get(key)
         rows[key] = row
@@ -156,17 +159,27 @@ class QueryIndex:
             for key in [key for key in rows if key[0] == partition]:
                 del rows[key]
         self._views.clear()
+        self._find_homes()
 
     def drop_before(self, bucket: int) -> None:
         """Forget the buckets behind the horizon."""
-        for old in [b for b in self._buckets if b < bucket]:
+        dropped = [b for b in self._buckets if b < bucket]
+        for old in dropped:
             del self._buckets[old]
+        if dropped:
+            self._find_homes()
         # A view over a dropped bucket could no longer let it go as it slides.
         for key in [key for key, view in self._views.items() if view.first < bucket]:
             del self._views[key]
 
     def partitions_of(self, query_id: str) -> set[str]:
-        return {p for rows in self._buckets.values() for (p, _, q) in rows if q == query_id}
+        return self._homes.get(query_id, set())
+
+    def _find_homes(self) -> None:
+        self._homes = {}
+        for rows in self._buckets.values():
+            for partition, _, query_id in rows:
+                self._homes.setdefault(query_id, set()).add(partition)
 
     def window(self, first: int, last: int, wanted: SegmentFilter) -> dict[str, list[float]]:
         """The summed rows per query of buckets first..last and the segments `wanted` admits; do

@@ -284,12 +284,11 @@ class Explorer:
         with self._lock:
             self._refresh(now)
             table = self.index.window(first, last, question.segment)
-            homes: dict[str, set[str]] = {}
-
             def pairs_of(query_ids: list[str]) -> dict[str, dict[str, drilldown.Pair]]:
                 found: dict[str, dict[str, drilldown.Pair]] = {}
-                for partition in self.store.partitions():
-                    wanted = [q for q in query_ids if partition in homes.setdefault(q, self.index.partitions_of(q))]
+                homes = {query_id: self.index.partitions_of(query_id) for query_id in query_ids}
+                for partition in sorted(set().union(*homes.values())):
+                    wanted = [q for q in query_ids if partition in homes[q]]
                     if not wanted:
                         continue
                     for query_id, state in self.store.load(partition, wanted, {}).states.items():
