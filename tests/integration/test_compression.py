@@ -156,7 +156,7 @@ def test_all_four_codecs_from_both_clients_mixed_in_one_topic(
     samples = wait_for_messages(service, len(messages), timeout=120)
     assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == compared_gauges()
     assert backoffs(samples, "UndecodableRecords") == 0
-    assert service.ready()
+    assert service.becomes_ready(), service.logs()[-3000:]
     assert service.stop() == 0
 
 
@@ -212,5 +212,5 @@ def test_a_codec_the_installation_lacks_holds_up_its_partition_and_says_so(
     complete.start()
     samples = wait_for_messages(complete, len(messages), timeout=120)
     assert expect_equal_to_replay(samples, replay_of(before + zstd + later), "1d", CUTOFFS) == compared_gauges()
-    assert complete.ready()
+    assert complete.becomes_ready(), complete.logs()[-3000:]
     assert complete.stop() == 0

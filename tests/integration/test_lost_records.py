@@ -88,7 +88,7 @@ def test_records_deleted_before_they_were_read_are_skipped_counted_and_logged(
     assert f"{topic}:0: {lost} offsets" in service.logs()
     assert "were deleted from Kafka before they were read" in service.logs()
     assert expect_equal_to_replay(samples, replay_of(kept), "1d", CUTOFFS) == compared_gauges()
-    assert service.ready()
+    assert service.becomes_ready(), service.logs()[-3000:]
     assert service.stop() == 0
 
 

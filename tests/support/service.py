@@ -139,6 +139,16 @@ class Service:
         except ValueError:
             return status, body.decode()
 
+    def becomes_ready(self, timeout: float = 30) -> bool:
+        """Whether /readyz says ready within `timeout`: a rebalance (a member joining or leaving, or
+        the stall watchdog's rejoin on a loaded machine) makes it say no for a few seconds."""
+        deadline = time.monotonic() + timeout
+        while not self.ready():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return True
+
     def ready(self) -> bool:
         try:
             return bool(urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2).status == 200)  # noqa: S310
