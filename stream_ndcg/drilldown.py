@@ -19,7 +19,7 @@ rank, if that is <= k. The judging queue ranks unjudged (query, document)
 pairs by their exposure over the window, as a share of all the window's top-k
 exposure: the judgments that would move the most impressions from unjudged to
 judged. Its search is exact and reads only the queries that can still make the
-list: a query's unjudged exposure, and its impressions, bound every one of its pairs.
+list: the summed exposure of each group's top unjudged document bounds every pair of a query.
 """
 
 from __future__ import annotations
@@ -34,7 +34,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stream_ndcg.metric import ListScore, Measure, discount, first_occurrences, ideal_dcg, score_list
-from stream_ndcg.vocabulary import IMPRESSIONS, MISSING, dcg_at, exposure_at, judged_at, ndcg_at, scored_at, unjudged_at
+from stream_ndcg.vocabulary import (
+    IMPRESSIONS,
+    MISSING,
+    dcg_at,
+    exposure_at,
+    judged_at,
+    ndcg_at,
+    scored_at,
+    unjudged_at,
+    unjudged_top_at,
+)
 
 if TYPE_CHECKING:  # the engine writes rows with `group_row`: a run-time import would be circular
     from stream_ndcg.engine import Group, QueryState
@@ -43,55 +53,79 @@ Row = tuple[float, ...]
 # (partition, segment key, query id): whose row it is, within one bucket.
 RowKey = tuple[str, str, str]
 SegmentFilter = Mapping[str, str]
-_PER_K = (ndcg_at, dcg_at, scored_at, judged_at, exposure_at, unjudged_at)
+_PER_K = (ndcg_at, dcg_at, scored_at, judged_at, exposure_at, unjudged_at, unjudged_top_at)
 # Where each figure of cut-off number i sits in a row.
-_NDCG, _DCG, _SCORED, _JUDGED, _EXPOSURE, _UNJUDGED = range(6)
+_NDCG, _DCG, _SCORED, _JUDGED, _EXPOSURE, _UNJUDGED, _UNJUDGED_TOP = range(len(_PER_K))
 
 
 def row_fields(cutoffs: Sequence[int]) -> tuple[str, ...]:
-    """The names of a row's values, in order: impressions, then six per cut-off."""
+    """The names of a row's values, in order: impressions, then seven per cut-off."""
     return (IMPRESSIONS, *(name(k) for k in cutoffs for name in _PER_K))
 
 
 def _at(cutoff_index: int, figure: int) -> int:
-    return 1 + 6 * cutoff_index + figure
+    return 1 + len(_PER_K) * cutoff_index + figure
 
 
 def group_row(group: Group, grades: Mapping[str, float], cutoffs: Sequence[int]) -> Row:
     """A group's row: what it credited to the aggregates, and its exposure ({doc: {first rank:
-    impressions}} discounted, at each cut-off, and the part of it unjudged documents hold)."""
+    impressions}} discounted, at each cut-off), the part of it unjudged documents hold, and the
+    most one unjudged document holds."""
     exposure = [0.0] * len(cutoffs)
     unjudged = [0.0] * len(cutoffs)
+    top = [0.0] * len(cutoffs)
     # One pass over the ranks for every cut-off: this runs for each group a batch re-credits.
     indexed = list(enumerate(cutoffs))
     for doc, at in group.ranks.items():
         judged = doc in grades
+        held = [0.0] * len(cutoffs)
         for rank, count in at.items():
             weight = count * discount(rank)
             for i, k in indexed:
                 if rank <= k:
-                    exposure[i] += weight
-                    if not judged:
-                        unjudged[i] += weight
+                    held[i] += weight
+        for i in range(len(cutoffs)):
+            exposure[i] += held[i]
+            if not judged:
+                unjudged[i] += held[i]
+                top[i] = max(top[i], held[i])
     values = [float(group.impressions)]
     credited = group.credited
-    for i, k in enumerate(cutoffs):
+    for i, k in indexed:
         values += [credited.get(ndcg_at(k), 0.0), credited.get(dcg_at(k), 0.0), credited.get(scored_at(k), 0.0),
-                   credited.get(judged_at(k), 0.0), exposure[i], unjudged[i]]
+                   credited.get(judged_at(k), 0.0), exposure[i], unjudged[i], top[i]]
     return tuple(values)
 
 
 def impression_row(results: Sequence[str], score: ListScore, grades: Mapping[str, float],
                    measure: Measure) -> Row:
-    """One impression's row, from its list scored from scratch (the replay's side)."""
+    """One impression's row, from its list scored from scratch (the replay's side). Its
+    `unjudged_top_at` is 0: that figure is one of a group, not of an impression (`group_tops`)."""
     ranked = first_occurrences(results, measure.depth)
     values = [1.0]
     for k in measure.cutoffs:
         ndcg = score.ndcg[k]
         exposure = math.fsum(discount(rank) for rank, _ in ranked if rank <= k)
         unjudged = math.fsum(discount(rank) for rank, doc in ranked if rank <= k and doc not in grades)
-        values += [ndcg or 0.0, score.dcg[k], 0.0 if ndcg is None else 1.0, score.judged_ratio[k], exposure, unjudged]
+        values += [ndcg or 0.0, score.dcg[k], 0.0 if ndcg is None else 1.0, score.judged_ratio[k], exposure, unjudged,
+                   0.0]
     return tuple(values)
+
+
+def group_tops(impressions: Iterable[Sequence[str]], grades: Mapping[str, float],
+               cutoffs: Sequence[int]) -> list[tuple[int, float]]:
+    """(row position, value) of the `unjudged_top_at` figures of one group, from its impressions'
+    lists: each unjudged document's exposure summed over the group, the largest per cut-off."""
+    held: dict[str, list[float]] = {}
+    for results in impressions:
+        for rank, doc in first_occurrences(results, max(cutoffs)):
+            if doc not in grades:
+                sums = held.setdefault(doc, [0.0] * len(cutoffs))
+                for i, k in enumerate(cutoffs):
+                    if rank <= k:
+                        sums[i] += discount(rank)
+    return [(_at(i, _UNJUDGED_TOP), max((sums[i] for sums in held.values()), default=0.0))
+            for i in range(len(cutoffs))]
 
 
 def add_into(total: list[float], row: Sequence[float], sign: float = 1.0) -> None:
@@ -353,26 +387,31 @@ def judging_queue(
     cutoff_index: int,
     limit: int,
     pairs_of: Callable[[list[str]], Mapping[str, Mapping[str, Pair]]],
-    chunk: int = 64,
 ) -> list[Pair]:
     """The `limit` unjudged pairs of most exposure, exposure descending, ties by query then document.
 
-    `pairs_of(query_ids)` gives each query's `pair_exposures`. Queries are read in order of
-    their unjudged exposure and the search stops at the first that cannot beat the pairs held.
+    `pairs_of(query_ids)` gives each query's `pair_exposures` (it reads their states: the cost).
+    Queries are read in order of a bound on their pairs, in growing chunks, and the search stops
+    at the first query that cannot beat the pairs held.
     """
     unjudged = _at(cutoff_index, _UNJUDGED)
-
-    def bound(query_id: str) -> float:
-        # A pair holds at most the query's unjudged exposure, and at most 1 (rank 1) per impression.
-        row = table[query_id]
-        return min(row[unjudged], row[0])
-
-    order = sorted((q for q, row in table.items() if row[unjudged] > 0.0), key=lambda q: (-bound(q), q))
+    # A pair holds, in each group, at most what the group's top unjudged document holds: summed,
+    # a bound of the pair's exposure in the window (and never more than 1 per impression).
+    top = _at(cutoff_index, _UNJUDGED_TOP)
+    waiting = [(-min(row[top], row[0]), query_id) for query_id, row in table.items() if row[unjudged] > 0.0]
+    heapq.heapify(waiting)
     held: list[tuple[float, str, str, Pair]] = []  # a min-heap on (exposure, reversed tie order)
-    for start in range(0, len(order), chunk):
-        queries = order[start:start + chunk]
-        if len(held) >= limit and bound(queries[0]) < held[0][0]:
-            break
+
+    def beaten() -> bool:
+        # Strictly below: a pair equal to the least held could still win on the tie order.
+        return len(held) >= limit and -waiting[0][0] < held[0][0]
+
+    chunk = 16
+    while waiting and not beaten():
+        queries: list[str] = []
+        while waiting and len(queries) < chunk and not beaten():
+            queries.append(heapq.heappop(waiting)[1])
+        chunk = min(4 * chunk, 1024)
         for query_id, pairs in pairs_of(queries).items():
             for pair in pairs.values():
                 item = (pair.exposure, _reverse(query_id), _reverse(pair.doc_id),

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from stream_ndcg.drilldown import add_into, figures, impression_row, row_fields
+from stream_ndcg.drilldown import add_into, figures, group_tops, impression_row, row_fields
 from stream_ndcg.events import DEFAULT_LIMITS, Impression, InvalidEvent, Judgment, Limits, parse_event
 from stream_ndcg.metric import ListScore, Measure, list_sums, score_list
 from stream_ndcg.setting_values import format_duration
@@ -111,6 +111,7 @@ class Replay:
         `drilldown.QueryIndex.window` holds for the same buckets."""
         rows: dict[tuple[str, str], list[float]] = {}
         grades_by_query: dict[str, dict[str, float]] = {}
+        groups: dict[tuple[str, str, int], list[tuple[str, ...]]] = {}
         for item in self.scored():
             impression = item.impression
             bucket = impression.ts // bucket_ms
@@ -127,6 +128,11 @@ class Replay:
                 rows[key] = list(row)
             else:
                 add_into(held, row)
+            groups.setdefault((*key, bucket), []).append(impression.results)
+        # The one figure of a group, not of an impression: the top unjudged document's exposure.
+        for (segment, query_id, _), lists in groups.items():
+            for position, value in group_tops(lists, grades_by_query[query_id], self.measure.cutoffs):
+                rows[(segment, query_id)][position] += value
         return rows
 
     def per_query(self, windows_ms: Iterable[int], bucket_ms: int) -> Iterator[dict[str, Any]]:

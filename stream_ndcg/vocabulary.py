@@ -57,6 +57,12 @@ def unjudged_at(k: int) -> str:
     return f"unjudged@{k}"
 
 
+def unjudged_top_at(k: int) -> str:
+    """The `exposure_at` of the one unjudged document that holds the most of it in a group of
+    impressions (drill-down rows only): summed over groups, it bounds any single document's."""
+    return f"unjudged_top@{k}"
+
+
 # Event counts: accepted events by type, and the ones ignored or refused.
 IMPRESSION: Final = "impression"
 JUDGMENT: Final = "judgment"
