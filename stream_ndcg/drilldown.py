@@ -171,6 +171,8 @@ class QueryIndex:
         self._buckets: dict[int, dict[RowKey, Row]] = {}
         # query -> the partitions holding a row of it (a query's state lives in its partitions).
         self._homes: dict[str, set[str]] = {}
+        # query -> how many rows of it were put: what was read of its state is current while this is.
+        self._versions: dict[str, int] = {}
         self._views: OrderedDict[tuple[int, int, tuple[tuple[str, str], ...]], _View] = OrderedDict()
 
     def put(self, partition: str, bucket: int, segment: str, query_id: str, row: Row) -> None:
@@ -178,6 +180,7 @@ class QueryIndex:
             raise ValueError(f"a row of {len(row)} values, not {len(self.fields)}: written by another configuration")
         rows = self._buckets.setdefault(bucket, {})
         self._homes.setdefault(query_id, set()).add(partition)
+        self._versions[query_id] = self._versions.get(query_id, 0) + 1
         key = (partition, segment, query_id)
         old = rows.get(key)
         rows[key] = row
@@ -208,6 +211,9 @@ class QueryIndex:
 
     def partitions_of(self, query_id: str) -> set[str]:
         return self._homes.get(query_id, set())
+
+    def version(self, query_id: str) -> int:
+        return self._versions.get(query_id, 0)
 
     def _find_homes(self) -> None:
         self._homes = {}
@@ -364,21 +370,37 @@ class Pair:
     best_rank: int
 
 
-def pair_exposures(state: QueryState, first: int, last: int, wanted: SegmentFilter, k: int) -> dict[str, Pair]:
-    """The exposure of each unjudged document of one query over buckets first..last."""
+# (bucket, segment) -> unjudged doc -> (its exposure in the group, its best rank there).
+GroupExposures = dict[tuple[int, str], dict[str, tuple[float, int]]]
+
+
+def unjudged_exposures(state: QueryState, k: int) -> GroupExposures:
+    """Each group's unjudged documents with their top-k exposure in it: what the judging queue
+    needs of a query's state (and keeps while the query's rows do not change)."""
     grades = state.grades()
-    parts: dict[str, list[float]] = {}
-    best: dict[str, int] = {}
-    for (bucket, segment), group in state.groups.items():
-        if not first <= bucket <= last or not matches(segment, wanted):
-            continue
+    groups: GroupExposures = {}
+    for key, group in state.groups.items():
+        docs: dict[str, tuple[float, int]] = {}
         for doc, at in group.ranks.items():
             if doc in grades:
                 continue
-            for rank, count in at.items():
-                if rank <= k:
-                    parts.setdefault(doc, []).append(count * discount(rank))
-                    best[doc] = min(best.get(doc, rank), rank)
+            shown = [(rank, count) for rank, count in at.items() if rank <= k]
+            if shown:
+                docs[doc] = (math.fsum(count * discount(rank) for rank, count in shown), min(r for r, _ in shown))
+        if docs:
+            groups[key] = docs
+    return groups
+
+
+def pairs_in(groups: GroupExposures, first: int, last: int, wanted: SegmentFilter) -> dict[str, Pair]:
+    """The exposure of each unjudged document over the groups of buckets first..last that `wanted` admits."""
+    parts: dict[str, list[float]] = {}
+    best: dict[str, int] = {}
+    for (bucket, segment), docs in groups.items():
+        if first <= bucket <= last and matches(segment, wanted):
+            for doc, (exposure, rank) in docs.items():
+                parts.setdefault(doc, []).append(exposure)
+                best[doc] = min(best.get(doc, rank), rank)
     return {doc: Pair("", doc, math.fsum(values), best[doc]) for doc, values in parts.items()}
 
 
@@ -390,7 +412,7 @@ def judging_queue(
 ) -> list[Pair]:
     """The `limit` unjudged pairs of most exposure, exposure descending, ties by query then document.
 
-    `pairs_of(query_ids)` gives each query's `pair_exposures` (it reads their states: the cost).
+    `pairs_of(query_ids)` gives each query's unjudged pairs (it reads their states: the cost).
     Queries are read in order of a bound on their pairs, in growing chunks, and the search stops
     at the first query that cannot beat the pairs held.
     """

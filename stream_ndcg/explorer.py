@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,8 @@ from stream_ndcg.windows import by_segment_values, oldest_kept_bucket, window_me
 DEFAULT_LIMIT = {"queries": 50, "judging-queue": 100, "query": 200}
 MAX_LIMIT = {"queries": 1000, "judging-queue": 10_000, "query": 1000}
 MAX_QUERY_ID = 512
+# Queries whose unjudged exposures the judging queue keeps between requests (the head of the queue).
+EXPOSURES_KEPT = 20_000
 _ORDERS = ("asc", "desc")
 _FORMATS = ("json", "jsonl", "csv")
 _KNOWN = {"window", "k", "sort", "order", "limit", "offset", "min_impressions", "vs", "format"}
@@ -146,6 +149,8 @@ class Explorer:
         self.clock = clock
         self.index = drilldown.QueryIndex(drilldown.row_fields(measure.cutoffs))
         self._cursors: dict[str, str | None] = {}
+        # (query, k) -> (the query's index version when read, its unjudged exposures per group).
+        self._exposures: OrderedDict[tuple[str, int], tuple[int, drilldown.GroupExposures]] = OrderedDict()
         self._lock = threading.Lock()
 
     def _now_ms(self) -> int:
@@ -154,6 +159,7 @@ class Explorer:
                 # A rebuild started a new generation: everything read so far describes the old one.
                 self.index = drilldown.QueryIndex(self.index.fields)
                 self._cursors.clear()
+                self._exposures.clear()
         now = self.store.clock_ms() if self.view.event_clock else int(self.clock() * 1000)
         if now is None:
             raise NotFound("window", "no event has been applied yet")
@@ -172,6 +178,34 @@ class Explorer:
             self._cursors[partition] = read.cursor
         self.index.drop_before(oldest)
         return oldest
+
+    def _unjudged(self, query_ids: list[str], k: int) -> dict[str, drilldown.GroupExposures]:
+        """`drilldown.unjudged_exposures` of each query, over all its partitions: read from the
+        store only for queries whose rows changed since they were last read (the lock is held)."""
+        found: dict[str, drilldown.GroupExposures] = {}
+        stale: dict[str, set[str]] = {}
+        for query_id in query_ids:
+            held = self._exposures.get((query_id, k))
+            if held is not None and held[0] == self.index.version(query_id):
+                self._exposures.move_to_end((query_id, k))
+                found[query_id] = held[1]
+            else:
+                stale[query_id] = self.index.partitions_of(query_id)
+                found[query_id] = {}
+        for partition in sorted(set().union(*stale.values())):
+            wanted = [query_id for query_id, homes in stale.items() if partition in homes]
+            for query_id, state in self.store.load(partition, wanted, {}).states.items():
+                merged = found[query_id]
+                for key, docs in drilldown.unjudged_exposures(state, k).items():
+                    into = merged.setdefault(key, {})
+                    for doc, (exposure, rank) in docs.items():
+                        had = into.get(doc)
+                        into[doc] = (exposure, rank) if had is None else (had[0] + exposure, min(had[1], rank))
+        for query_id in stale:
+            self._exposures[(query_id, k)] = (self.index.version(query_id), found[query_id])
+        while len(self._exposures) > EXPOSURES_KEPT:
+            self._exposures.popitem(last=False)
+        return found
 
     def _edges(self, first: int, last: int) -> dict[str, int]:
         """The window's time span: from the start of its first bucket to the end of its last."""
@@ -285,19 +319,8 @@ class Explorer:
             self._refresh(now)
             table = self.index.window(first, last, question.segment)
             def pairs_of(query_ids: list[str]) -> dict[str, dict[str, drilldown.Pair]]:
-                found: dict[str, dict[str, drilldown.Pair]] = {}
-                homes = {query_id: self.index.partitions_of(query_id) for query_id in query_ids}
-                for partition in sorted(set().union(*homes.values())):
-                    wanted = [q for q in query_ids if partition in homes[q]]
-                    if not wanted:
-                        continue
-                    for query_id, state in self.store.load(partition, wanted, {}).states.items():
-                        for doc, pair in drilldown.pair_exposures(state, first, last, question.segment,
-                                                                  question.k).items():
-                            held = found.setdefault(query_id, {}).get(doc)
-                            found[query_id][doc] = pair if held is None else drilldown.Pair(
-                                "", doc, held.exposure + pair.exposure, min(held.best_rank, pair.best_rank))
-                return found
+                return {query_id: drilldown.pairs_in(groups, first, last, question.segment)
+                        for query_id, groups in self._unjudged(query_ids, question.k).items()}
 
             pairs = drilldown.judging_queue(table, at, question.limit, pairs_of)
             total = drilldown.total_exposure(table, at)

@@ -4,6 +4,7 @@ judging queue and lists, to 1e-9, at several points of the stream."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import zlib
@@ -174,9 +175,14 @@ def test_the_judging_queue_holds_the_pairs_of_most_unjudged_exposure(ideal: Idea
     measure = Measure(cutoffs=(5, 10), ideal=ideal)
     stream = messages()
     fed = Fed(measure)
-    fed.feed(stream)
+    questions = ({"window": ["3m"], "limit": ["25"]}, {"window": ["1m"], "k": ["5"], "segment.variant": ["A"]})
+    fed.feed(stream[:1600])
+    # Asked before the rest arrives: what the explorer kept of the states must not outlive their changes.
+    for params in questions:
+        fed.explorer.judging_queue(Question.parse(params, fed.view, kind="judging-queue"))
+    fed.feed(stream[1600:])
     replay = replay_of(measure, stream)
-    for params in ({"window": ["3m"], "limit": ["25"]}, {"window": ["1m"], "k": ["5"], "segment.variant": ["A"]}):
+    for params in questions:
         question = Question.parse(params, fed.view, kind="judging-queue")
         answer = fed.explorer.judging_queue(question)
         expected = unjudged_pairs(replay, measure, question)
@@ -297,3 +303,26 @@ def test_a_page_is_the_slice_of_the_whole_ranking(sort: str, descending: bool) -
         _, shown = drilldown.page(table, other, 0, min_impressions=2, sort=sort, descending=descending,
                                   offset=offset, limit=9)
         assert shown == everything[offset:offset + 9]
+
+
+def test_what_the_queue_kept_of_a_query_is_read_again_when_the_query_changes() -> None:
+    """The explorer keeps what it read of the head queries' states between requests: a new
+    impression or a judgment of a query must make it read that query again."""
+    measure = Measure(cutoffs=(5, 10))
+    stream = messages()
+    fed = Fed(measure)
+    fed.feed(stream)
+    question = Question.parse({"window": ["3m"], "limit": ["10"]}, fed.view, kind="judging-queue")
+    top = fed.explorer.judging_queue(question)["pairs"][0]
+    assert fed.explorer.judging_queue(question)["pairs"][0] == top
+    last_ts = max(json.loads(message)["ts"] for message in stream[-20:])
+    # Shown once more at rank 1: its exposure grows by 1 / log2(2).
+    fed.feed([json.dumps({"type": "impression", "impression_id": "again", "query_id": top["query_id"],
+                          "ts": last_ts, "results": [top["doc_id"]], "segment": {"variant": "A"}}).encode()])
+    grown = fed.explorer.judging_queue(question)["pairs"][0]
+    assert (grown["query_id"], grown["doc_id"]) == (top["query_id"], top["doc_id"])
+    assert close(grown["exposure"], top["exposure"] + 1.0)
+    fed.feed([json.dumps({"type": "judgment", "query_id": top["query_id"], "doc_id": top["doc_id"], "grade": 2,
+                          "ts": last_ts, "event_id": "judged-now"}).encode()])
+    after = fed.explorer.judging_queue(question)["pairs"]
+    assert (top["query_id"], top["doc_id"]) not in {(p["query_id"], p["doc_id"]) for p in after}
