@@ -188,8 +188,11 @@ def main() -> int:
         thread.start()
         answers: dict[str, Any] = {"distinct_queries_in_window": args.queries, "first_answer_s": round(first, 3)}
         for name, url in requests.items():
+            # The first of each kind builds its window's sums (or reads the queue's head states):
+            # reported apart, as the cost of a page's first view.
+            first_of_kind = timed_get(url)
             times = sorted(timed_get(url) for _ in range(args.requests))
-            answers[name] = {"p50_s": round(statistics.median(times), 3),
+            answers[name] = {"first_s": round(first_of_kind, 3), "p50_s": round(statistics.median(times), 3),
                              "p99_s": round(times[min(len(times) - 1, int(len(times) * 0.99))], 3),
                              "requests": len(times), "target": "p99 < 1 s"}
             print(json.dumps({name: answers[name]}), file=sys.stderr)
@@ -205,7 +208,7 @@ def main() -> int:
 
 def section(result: dict[str, Any], flags: str) -> str:
     upkeep, memory, answers = result["upkeep"], result["memory"], result["answers"]
-    rows = "\n".join(f"| {name} | {a['p50_s']} s | {a['p99_s']} s | {a['requests']} | p99 < 1 s |"
+    rows = "\n".join(f"| {name} | {a['first_s']} s | {a['p50_s']} s | {a['p99_s']} s | {a['requests']} | p99 < 1 s |"
                      for name, a in answers.items() if isinstance(a, dict))
     kinds = ", ".join(f"{kind} {value}" for kind, value in memory["bytes_per_impression"].items())
     return f"""## Drill-down API
@@ -217,10 +220,11 @@ loopback, the service's batch pipeline in process (no Kafka).
   {upkeep['without_events_per_s']:,} without (drilldown=false): ratio **{upkeep['ratio']}** (target >= 0.9),
   best of two alternated runs of {upkeep['events']:,} events each.
 - Answers over HTTP, {answers['distinct_queries_in_window']:,} distinct queries in the 1h window, a writer
-  committing live traffic meanwhile; the first answer (reading every row once): {answers['first_answer_s']} s.
+  committing live traffic meanwhile (in the same process, as in the service); the very first answer
+  (reading every row once): {answers['first_answer_s']} s.
 
-| request | p50 | p99 | requests | target |
-|---|---|---|---|---|
+| request | first of its kind | p50 after | p99 after | requests | target |
+|---|---|---|---|---|---|
 {rows}
 
 - Redis: {memory['total_bytes_per_impression']} bytes per impression held ({memory['impressions']:,}
