@@ -34,6 +34,7 @@ from urllib.request import urlopen
 import redis
 
 from bench.replay_bench import write_section
+from bench.service_bench import memory_by_kind
 from stream_ndcg.api import Api
 from stream_ndcg.config import Settings
 from stream_ndcg.devtools.servers import RedisServer, free_port
@@ -112,15 +113,6 @@ def timed_get(url: str) -> float:
         response.read()
         assert response.status == 200
     return time.perf_counter() - started
-
-
-def memory_by_kind(client: redis.Redis, namespace: str) -> dict[str, int]:
-    kinds: dict[str, int] = {}
-    for key in client.scan_iter(match=f"{{{namespace}:*", count=1000):
-        name = key.decode().split("}:", 1)[1]
-        kind = name.split(":", 1)[0]
-        kinds[kind] = kinds.get(kind, 0) + int(client.memory_usage(key, samples=0) or 0)
-    return kinds
 
 
 def main() -> int:

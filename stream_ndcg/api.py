@@ -26,9 +26,8 @@ import csv
 import hmac
 import io
 import logging
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -37,6 +36,7 @@ import orjson
 
 from stream_ndcg.errors import RequestError, StoreUnavailable
 from stream_ndcg.explorer import Explorer, Question
+from stream_ndcg.listener import Listener
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class Api:
     def __init__(self, explorer: Explorer, token: str = "") -> None:
         self.explorer = explorer
         self._token = token.encode()
-        self._server: ThreadingHTTPServer | None = None
+        self._listener: Listener | None = None
 
     def authorised(self, header: str | None) -> bool:
         if not self._token:
@@ -142,17 +142,13 @@ class Api:
             def log_message(self, format: str, *args: object) -> None:  # noqa: A002
                 logger.debug("api http: " + format, *args)
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="api-http", daemon=True).start()
-        bound: int = self._server.server_address[1]
-        return bound
+        self._listener = Listener(Handler, host, port, "api-http")
+        return self._listener.port
 
     def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
 
 
 def page_file(name: str) -> bytes | None:

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -37,6 +36,7 @@ from prometheus_client.registry import Collector
 from stream_ndcg import __version__
 from stream_ndcg.config import Settings
 from stream_ndcg.errors import StoreUnavailable
+from stream_ndcg.listener import Listener
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.store import StateStore
 from stream_ndcg.vocabulary import EVENT_TYPES, MetricName, duplicate, rejection_reason
@@ -197,7 +197,7 @@ class Exporter:
                                      registry=registry)
         self.ready = Gauge(MetricName.READY, "1 while the service consumes and commits normally.", registry=registry)
         registry.register(_StoreCollector(store, view, clock, self.scrape_errors.inc))
-        self._server: ThreadingHTTPServer | None = None
+        self._listener: Listener | None = None
 
     def serve(self, host: str, port: int, ready: Callable[[], bool]) -> int:
         """Serve /metrics, /healthz and /readyz in a daemon thread; return the bound port."""
@@ -226,14 +226,10 @@ class Exporter:
             def log_message(self, format: str, *args: object) -> None:  # noqa: A002
                 logger.debug("http: " + format, *args)
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True).start()
-        bound: int = self._server.server_address[1]
-        return bound
+        self._listener = Listener(Handler, host, port, "metrics-http")
+        return self._listener.port
 
     def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
