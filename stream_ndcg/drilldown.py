@@ -71,30 +71,52 @@ def group_row(group: Group, grades: Mapping[str, float], cutoffs: Sequence[int])
     """A group's row: what it credited to the aggregates, and its exposure ({doc: {first rank:
     impressions}} discounted, at each cut-off), the part of it unjudged documents hold, and the
     most one unjudged document holds."""
-    exposure = [0.0] * len(cutoffs)
-    unjudged = [0.0] * len(cutoffs)
-    top = [0.0] * len(cutoffs)
-    # One pass over the ranks for every cut-off: this runs for each group a batch re-credits.
-    indexed = list(enumerate(cutoffs))
+    width = len(cutoffs)
+    exposure = [0.0] * width
+    unjudged = [0.0] * width
+    top = [0.0] * width
+    # This runs for every group a batch re-credits: one pass over the ranks, each rank's weight
+    # looked up once, and the cut-offs a rank reaches are a prefix of them sorted largest first.
+    order, weights = _rank_table(tuple(cutoffs))
+    deepest = len(weights) - 1
     for doc, at in group.ranks.items():
-        judged = doc in grades
-        held = [0.0] * len(cutoffs)
+        held = [0.0] * width
         for rank, count in at.items():
-            weight = count * discount(rank)
-            for i, k in indexed:
-                if rank <= k:
-                    held[i] += weight
-        for i in range(len(cutoffs)):
-            exposure[i] += held[i]
-            if not judged:
+            if rank > deepest:
+                continue
+            weight = count * weights[rank]
+            for i in order:
+                if rank > cutoffs[i]:
+                    break
+                held[i] += weight
+        if doc in grades:
+            for i in range(width):
+                exposure[i] += held[i]
+        else:
+            for i in range(width):
+                exposure[i] += held[i]
                 unjudged[i] += held[i]
-                top[i] = max(top[i], held[i])
+                if held[i] > top[i]:
+                    top[i] = held[i]
     values = [float(group.impressions)]
     credited = group.credited
-    for i, k in indexed:
-        values += [credited.get(ndcg_at(k), 0.0), credited.get(dcg_at(k), 0.0), credited.get(scored_at(k), 0.0),
-                   credited.get(judged_at(k), 0.0), exposure[i], unjudged[i], top[i]]
+    for i, names in enumerate(_credited_names(tuple(cutoffs))):
+        values += [credited.get(name, 0.0) for name in names]
+        values += [exposure[i], unjudged[i], top[i]]
     return tuple(values)
+
+
+@functools.cache
+def _rank_table(cutoffs: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """The cut-offs' positions from the largest down, and the discount of every rank up to it."""
+    return (tuple(sorted(range(len(cutoffs)), key=lambda i: -cutoffs[i])),
+            tuple(discount(rank) if rank else 0.0 for rank in range(max(cutoffs) + 1)))
+
+
+@functools.cache
+def _credited_names(cutoffs: tuple[int, ...]) -> tuple[tuple[str, ...], ...]:
+    """Per cut-off, the names of the credited figures a row starts with."""
+    return tuple(tuple(name(k) for name in _PER_K[:_EXPOSURE]) for k in cutoffs)
 
 
 def impression_row(results: Sequence[str], score: ListScore, grades: Mapping[str, float],
