@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -40,7 +41,8 @@ from stream_ndcg.listener import Listener
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.store import StateStore
 from stream_ndcg.vocabulary import EVENT_TYPES, MetricName, duplicate, rejection_reason
-from stream_ndcg.windows import by_segment_values, window_means
+from stream_ndcg.window_sums import WindowSums
+from stream_ndcg.windows import means
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +82,8 @@ class _StoreCollector(Collector):
         self.view = view
         self.clock = clock
         self.on_error = on_error
+        self.sums = WindowSums(view.windows_ms, view.segment_labels)
+        self._lock = threading.Lock()
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -116,16 +120,17 @@ class _StoreCollector(Collector):
         impressions = GaugeMetricFamily(MetricName.IMPRESSIONS, "Impressions in the window.",
                                         labels=["pipeline", "window", *seg])
         if now is not None:
-            oldest = min(view.window_buckets(now, w)[0] for w in view.windows_ms)
-            by_segment = by_segment_values(self.store.aggregates(since_bucket=oldest), view.segment_labels)
+            ranges = {window: view.window_buckets(now, window) for window in view.windows_ms}
+            oldest = min(first for first, _ in ranges.values())
+            # One scrape at a time moves the sums: the HTTP server answers each in a thread.
+            with self._lock:
+                self.sums.apply(self.store.read_aggregates(self.sums.marks(oldest), oldest), oldest)
+                self.sums.slide(ranges)
+                totals = {window: self.sums.totals(window) for window in view.windows_ms}
             for window in view.windows_ms:
-                first, last = view.window_buckets(now, window)
-                in_window = range(first, last + 1).__contains__
                 name = format_duration(window)
-                for label_values, part in by_segment.items():
-                    if not any(in_window(bucket) for bucket, _, _ in part):
-                        continue
-                    rows = window_means(part, view.cutoffs, in_window)
+                for label_values, sums in sorted(totals[window].items()):
+                    rows = means(sums, view.cutoffs)
                     impressions.add_metric([*pipeline, name, *label_values],
                                            _number(rows[str(view.cutoffs[0])]["impressions"]))
                     for k in view.cutoffs:
@@ -136,7 +141,7 @@ class _StoreCollector(Collector):
         yield impressions
 
 
-# The quality gauges of each k: name, help, and the field of `windows.window_means` they report.
+# The quality gauges of each k: name, help, and the field of `windows.means` they report.
 _QUALITY_GAUGES = (
     (MetricName.NDCG, "Mean nDCG@k over the scored impressions of the window.", "ndcg_mean"),
     (MetricName.NDCG_NUMERATOR, "Sum of nDCG@k over the scored impressions of the window.", "ndcg_sum"),

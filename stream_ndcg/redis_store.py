@@ -18,7 +18,9 @@ Cluster hash tag, so that everything of one input partition P =
                                        rolled back by its AOF never hands out the same token twice
     {ns:P}:meta                HASH    offset (next to consume), clock (the engine's clock at the last
                                        commit: greatest event time, or wall time with --clock wall),
-                                       rowseq (how many row log entries were ever written)
+                                       rowseq (how many row log entries were ever written),
+                                       aggmark (the offset its last commit wrote aggchg up to) and
+                                       aggepoch (counts the times aggchg missed commits: see below)
     {ns:P}:counts              HASH    event counts: impression, judgment, duplicate:*, rejected:*
     {ns:P}:q:<query_id>        HASH    the query's state (fields: `state_format`),
                                        TTL max(horizon, judgment TTL)
@@ -27,6 +29,12 @@ Cluster hash tag, so that everything of one input partition P =
                                        behind the horizon (`windows.oldest_kept_bucket`)
     {ns:P}:agg:<bucket>        HASH    aggregate sums (`state_format`), TTL horizon
     {ns:P}:aggidx              ZSET    the buckets that have an agg hash
+    {ns:P}:aggchg              ZSET    the same buckets, scored by the next offset of the commit
+                                       that last changed them: a scrape reads the buckets changed
+                                       since the offset it read last (`read_aggregates`). A commit
+                                       that finds aggmark behind the stored offset (a writer of an
+                                       earlier version committed without aggchg) bumps aggepoch,
+                                       and a reader that sees it move reads the partition whole
     {ns:P}:rows:<bucket>       HASH    drill-down rows (`state_format`), TTL horizon
     {ns:P}:rowlog              STREAM  the rows of each commit (one entry: n its rowseq, r JSON
                                        [[bucket, field, value]...]), trimmed to the last
@@ -77,7 +85,7 @@ from stream_ndcg import reconfigure, state_format
 from stream_ndcg.engine import QueryState
 from stream_ndcg.errors import ConfigError, FencedError, StoreUnavailable
 from stream_ndcg.state_cache import StateCache
-from stream_ndcg.store import Commit, RowRead, Snapshot
+from stream_ndcg.store import AggregateRead, Commit, RowRead, Snapshot
 from stream_ndcg.vocabulary import AggregateKey
 from stream_ndcg.windows import bucket_ttl_ms, oldest_kept_bucket
 
@@ -93,6 +101,9 @@ _COMMIT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if redis.call('HGET', KEYS[2], 'offset') ~= (ARGV[3] ~= '' and ARGV[3] or false) then return -1 end
 local p = cjson.decode(ARGV[2])
+if redis.call('HGET', KEYS[2], 'aggmark') ~= (ARGV[3] ~= '' and ARGV[3] or false) then
+  redis.call('HINCRBY', KEYS[2], 'aggepoch', 1)
+end
 for _, s in ipairs(p.states) do
   for i = 1, #s[3], 200 do redis.call('HSET', KEYS[s[1]], unpack(s[3], i, math.min(i + 199, #s[3]))) end
   for i = 1, #s[4], 200 do redis.call('HDEL', KEYS[s[1]], unpack(s[4], i, math.min(i + 199, #s[4]))) end
@@ -115,6 +126,7 @@ for _, a in ipairs(p.aggs) do
   for _, f in ipairs(a[4]) do redis.call('HINCRBYFLOAT', KEYS[a[1]], f[1], f[2]) end
   redis.call('PEXPIRE', KEYS[a[1]], a[2])
   redis.call('ZADD', KEYS[4], a[3], a[3])
+  redis.call('ZADD', KEYS[8], p.offset, a[3])
 end
 for _, r in ipairs(p.rows) do
   for i = 1, #r[3], 200 do redis.call('HSET', KEYS[r[1]], unpack(r[3], i, math.min(i + 199, #r[3]))) end
@@ -130,12 +142,14 @@ if ARGV[4] ~= '' then
   end
 end
 for _, c in ipairs(p.counts) do redis.call('HINCRBY', KEYS[3], c[1], c[2]) end
-redis.call('HSET', KEYS[2], 'offset', p.offset)
+redis.call('HSET', KEYS[2], 'offset', p.offset, 'aggmark', p.offset)
 if p.clock ~= cjson.null then
   local old = redis.call('HGET', KEYS[2], 'clock')
   if not old or tonumber(old) < tonumber(p.clock) then redis.call('HSET', KEYS[2], 'clock', p.clock) end
 end
 if p.prune ~= cjson.null then
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. p.prune)
+  for i = 1, #gone, 500 do redis.call('ZREM', KEYS[8], unpack(gone, i, math.min(i + 499, #gone))) end
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. p.prune)
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. p.prune)
 end
@@ -349,7 +363,8 @@ class RedisStore:
 
     def _payload(self, commit: Commit) -> tuple[list[str], str, str]:
         partition, outcome = commit.partition, commit.outcome
-        keys = [self._key(partition, name) for name in ("epoch", "meta", "counts", "aggidx", "imp", "rowlog", "reader")]
+        keys = [self._key(partition, name) for name in ("epoch", "meta", "counts", "aggidx", "imp", "rowlog", "reader",
+                                                              "aggchg")]
 
         def index(key: str) -> int:
             keys.append(key)
@@ -467,6 +482,49 @@ class RedisStore:
                 parts.setdefault((bucket, segment, name), []).append(float(raw_value))
         # fsum: the total does not depend on the order partitions are read in.
         return {key: math.fsum(values) for key, values in parts.items()}
+
+    def read_aggregates(self, marks: Mapping[str, str], since_bucket: int) -> list[AggregateRead]:
+        # A mark is "<aggepoch>/<offset>" as read before the buckets: a commit after that read
+        # scores its buckets above the offset, so the next read takes them (again, perhaps).
+        partitions = self.partitions()
+        with self._round_trip("aggregate change read"):
+            pipe = self.client.pipeline(transaction=False)
+            for partition in partitions:
+                pipe.hgetall(self._key(partition, "meta"))
+            for partition in partitions:
+                seen = marks.get(partition)
+                # Nothing to read on from: an empty range keeps the replies one per partition.
+                low = f"({seen.partition('/')[2]}" if seen else "+inf"
+                pipe.zrangebyscore(self._key(partition, "aggchg"), low, "+inf")
+            replies = pipe.execute()
+            metas, changed = replies[:len(partitions)], replies[len(partitions):]
+            marks_now: list[str | None] = []
+            whole: list[bool] = []
+            for partition, meta in zip(partitions, metas, strict=True):
+                offset, epoch = meta.get(b"offset"), meta.get(b"aggepoch")
+                # Else a writer of an earlier version committed last, and aggchg lacks its buckets.
+                mark = f"{int(epoch or 0)}/{int(offset or -1)}" if offset == meta.get(b"aggmark") else None
+                seen = marks.get(partition)
+                marks_now.append(mark)
+                whole.append(seen is None or mark is None or seen.partition("/")[0] != mark.partition("/")[0])
+            pipe = self.client.pipeline(transaction=False)
+            for partition, is_whole in zip(partitions, whole, strict=True):
+                if is_whole:
+                    pipe.zrangebyscore(self._key(partition, "aggidx"), since_bucket, "+inf")
+            listed = iter(pipe.execute())
+            wanted = [(p, [int(b) for b in (next(listed) if is_whole else changes) if int(b) >= since_bucket])
+                      for p, is_whole, changes in zip(partitions, whole, changed, strict=True)]
+            pipe = self.client.pipeline(transaction=False)
+            for partition, buckets in wanted:
+                for bucket in buckets:
+                    pipe.hgetall(self._key(partition, "agg", bucket))
+            hashes = iter(pipe.execute())
+        reads = []
+        for (partition, buckets), mark, is_whole in zip(wanted, marks_now, whole, strict=True):
+            sums = {bucket: {state_format.decode_aggregate_field(f): float(v) for f, v in next(hashes).items()}
+                    for bucket in buckets}
+            reads.append(AggregateRead(partition, mark, is_whole, sums))
+        return reads
 
     def counts(self) -> Counter[str]:
         partitions = self.partitions()

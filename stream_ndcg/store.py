@@ -18,6 +18,7 @@ the stored offset and resumes from there.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -52,6 +53,20 @@ class RowRead:
     whole: bool
     # (bucket, segment, query id, row)
     rows: list[tuple[int, str, str, Row]]
+
+
+@dataclass
+class AggregateRead:
+    """What a scrape reads of one partition's aggregate sums (see `window_sums.WindowSums`)."""
+
+    partition: str
+    # Where the next read goes on from; None: read the partition whole next time.
+    mark: str | None
+    # True: `buckets` are all the partition's buckets from the `since_bucket` asked for on, so
+    # forget what was held of it; False: the buckets changed since the mark (some perhaps again).
+    whole: bool
+    # bucket -> (segment key, field) -> sum
+    buckets: dict[int, dict[tuple[str, str], float]]
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,12 @@ class StateStore(Protocol):
         """The aggregate sums of every partition from `since_bucket` on, added up."""
         ...
 
+    def read_aggregates(self, marks: Mapping[str, str], since_bucket: int) -> list[AggregateRead]:
+        """Every partition's aggregate sums from `since_bucket` on: of a partition with a mark in
+        `marks`, the buckets written since it; of any other (or one whose mark the store cannot
+        read on from), all of them."""
+        ...
+
     def counts(self) -> Counter[str]:
         ...
 
@@ -151,6 +172,9 @@ class _Partition:
     lists: dict[str, dict[tuple[int, str, tuple[str, ...]], int]] = field(default_factory=dict)
     impressions: dict[str, int] = field(default_factory=dict)
     rows: dict[int, dict[tuple[str, str], Row]] = field(default_factory=dict)
+    # bucket -> (segment key, field) -> sum, and the next offset of the commit that last changed each bucket.
+    aggregates: dict[int, dict[tuple[str, str], float]] = field(default_factory=dict)
+    changed: dict[int, int] = field(default_factory=dict)
     # The rows of each commit, in order: a cursor is a position in it.
     row_log: list[list[tuple[int, str, str, Row]]] = field(default_factory=list)
 
@@ -167,7 +191,6 @@ class MemoryStore:
         self.bucket_ms = bucket_ms
         self.horizon_ms = horizon_ms
         self._partitions: dict[str, _Partition] = {}
-        self._aggregates: dict[AggregateKey, float] = {}
         self._counts: Counter[str] = Counter()
         self._segment_values: dict[str, set[str]] = {}
         self._claims = 0
@@ -184,7 +207,6 @@ class MemoryStore:
         if not rebuilt:
             return False
         self._partitions.clear()
-        self._aggregates.clear()
         self._counts.clear()
         self._segment_values.clear()
         return True
@@ -231,8 +253,10 @@ class MemoryStore:
             for (query_id, bucket, segment, ranked), count in outcome.lists.items():
                 held = part.lists.setdefault(query_id, {})
                 held[(bucket, segment, ranked)] = held.get((bucket, segment, ranked), 0) + count
-            for key, change in outcome.aggregates.items():
-                self._aggregates[key] = self._aggregates.get(key, 0.0) + change
+            for (bucket, segment, name), change in outcome.aggregates.items():
+                sums = part.aggregates.setdefault(bucket, {})
+                sums[(segment, name)] = sums.get((segment, name), 0.0) + change
+                part.changed[bucket] = commit.next_offset
             written = [(bucket, segment, query_id, row) for (query_id, bucket, segment), row in outcome.rows.items()]
             for bucket, segment, query_id, row in written:
                 part.rows.setdefault(bucket, {})[(segment, query_id)] = row
@@ -251,8 +275,8 @@ class MemoryStore:
         for held in part.lists.values():
             for stale in [listed for listed in held if listed[0] < oldest]:
                 del held[stale]
-        for key in [key for key in self._aggregates if key[0] < oldest]:
-            del self._aggregates[key]
+        for bucket in [bucket for bucket in part.aggregates if bucket < oldest]:
+            del part.aggregates[bucket], part.changed[bucket]
         for bucket in [bucket for bucket in part.rows if bucket < oldest]:
             del part.rows[bucket]
 
@@ -269,7 +293,23 @@ class MemoryStore:
         return sorted(self._partitions)
 
     def aggregates(self, since_bucket: int | None = None) -> dict[AggregateKey, float]:
-        return {k: v for k, v in self._aggregates.items() if since_bucket is None or k[0] >= since_bucket}
+        parts: dict[AggregateKey, list[float]] = {}
+        for part in self._partitions.values():
+            for bucket, sums in part.aggregates.items():
+                if since_bucket is None or bucket >= since_bucket:
+                    for (segment, name), value in sums.items():
+                        parts.setdefault((bucket, segment, name), []).append(value)
+        return {key: math.fsum(values) for key, values in parts.items()}
+
+    def read_aggregates(self, marks: Mapping[str, str], since_bucket: int) -> list[AggregateRead]:
+        reads = []
+        for name, part in sorted(self._partitions.items()):
+            seen = marks.get(name)
+            buckets = {bucket: dict(sums) for bucket, sums in part.aggregates.items()
+                       if bucket >= since_bucket and (seen is None or part.changed[bucket] > int(seen))}
+            mark = str(part.next_offset if part.next_offset is not None else -1)
+            reads.append(AggregateRead(name, mark, seen is None, buckets))
+        return reads
 
     def counts(self) -> Counter[str]:
         return Counter(self._counts)

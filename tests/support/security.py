@@ -8,7 +8,7 @@ SERVICE_ACL = ("on", f">{REDIS_PASSWORD}", "~*", "resetchannels", "-@all",
                "+ping", "+hello", "+auth", "+select", "+get", "+set", "+hget", "+hgetall",
                "+zmscore", "+smembers", "+sadd", "+sismember", "+scard",
                "+eval", "+incr",
-               "+zrangebyscore", "+zadd", "+zremrangebyscore", "+hset", "+hdel", "+hincrby", "+hincrbyfloat",
+               "+zrangebyscore", "+zadd", "+zrem", "+zremrangebyscore", "+hset", "+hdel", "+hincrby", "+hincrbyfloat",
                "+pexpire",
                # The drill-down: its row log (written by the commit script while a reader holds the lease).
                "+exists", "+time", "+xadd", "+xrange", "+xrevrange")

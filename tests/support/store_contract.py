@@ -13,6 +13,9 @@ The in-memory store runs it from tests/unit, the Redis stores from tests/integra
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+
 import pytest
 
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
@@ -20,7 +23,8 @@ from stream_ndcg.engine import Engine
 from stream_ndcg.errors import ConfigError, FencedError
 from stream_ndcg.events import InvalidEvent, parse_event
 from stream_ndcg.metric import Measure
-from stream_ndcg.store import MemoryStore, StateStore
+from stream_ndcg.store import AggregateRead, MemoryStore, StateStore
+from stream_ndcg.vocabulary import AggregateKey
 from stream_ndcg.windows import window_means
 from tests.support.batches import apply_batch, parsed
 
@@ -28,6 +32,19 @@ MEASURE = Measure(cutoffs=(3, 10))
 BUCKET = 60_000
 HORIZON = 3_600_000
 T0 = 1_763_683_200_000
+
+
+def _summed(reads: Iterable[AggregateRead]) -> dict[AggregateKey, float]:
+    return _summed_held({(read.partition, b): sums for read in reads for b, sums in read.buckets.items()})
+
+
+def _summed_held(held: dict[tuple[str, int], dict[tuple[str, str], float]]) -> dict[AggregateKey, float]:
+    """Per-partition bucket sums added up as `StateStore.aggregates` adds them."""
+    parts: dict[AggregateKey, list[float]] = {}
+    for (_, bucket), sums in held.items():
+        for (segment, name), value in sums.items():
+            parts.setdefault((bucket, segment, name), []).append(value)
+    return {key: math.fsum(values) for key, values in parts.items()}
 
 
 class StoreContract:
@@ -96,6 +113,28 @@ class StoreContract:
         newest = max(bucket for bucket, _, _ in held)
         assert {b for b, _, _, _ in store.read_rows("t:0", None, since_bucket=newest).rows} == {newest}
         assert store.partitions() == ["t:0"]
+
+    def test_aggregates_are_read_whole_then_as_the_buckets_changed_since_a_mark(self, store: StateStore) -> None:
+        engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+        messages = [v for _, v in Simulator(SimulationSpec(events=900, seed=6, queries=20, rate=2.0)).messages()]
+        epochs = {p: store.claim(p) for p in ("t:0", "t:1")}
+        apply_batch(store, engine, "t:0", parsed(messages[:300]), epoch=epochs["t:0"], next_offset=300)
+        apply_batch(store, engine, "t:1", parsed(messages[300:600]), epoch=epochs["t:1"], next_offset=300)
+        first = {read.partition: read for read in store.read_aggregates({}, since_bucket=0)}
+        assert sorted(first) == ["t:0", "t:1"] and all(read.whole for read in first.values())
+        assert all(read.mark is not None for read in first.values())
+        assert _summed(first.values()) == store.aggregates()
+        marks = {p: read.mark for p, read in first.items() if read.mark is not None}
+        assert all(not read.whole and not read.buckets for read in store.read_aggregates(marks, since_bucket=0))
+        outcome = apply_batch(store, engine, "t:1", parsed(messages[600:]), epoch=epochs["t:1"], next_offset=600)
+        later = {read.partition: read for read in store.read_aggregates(marks, since_bucket=0)}
+        assert not later["t:0"].buckets and not later["t:1"].whole
+        assert set(later["t:1"].buckets) == {bucket for bucket, _, _ in outcome.aggregates}
+        held = {(p, b): sums for p, read in first.items() for b, sums in read.buckets.items()}
+        held.update({("t:1", b): sums for b, sums in later["t:1"].buckets.items()})
+        assert _summed_held(held) == store.aggregates()
+        newest = max(bucket for _, bucket in held)
+        assert {b for read in store.read_aggregates({}, since_bucket=newest) for b in read.buckets} == {newest}
 
     def test_a_commit_from_another_offset_than_the_stored_one_is_refused(self, store: StateStore) -> None:
         engine = Engine(MEASURE, BUCKET)

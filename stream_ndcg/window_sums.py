@@ -1,0 +1,157 @@
+"""Running window sums, so that a scrape reads what changed, not every bucket of every window.
+
+Standard library only. A scrape's exporter holds each partition's aggregate
+sums per time bucket (what `StateStore.read_aggregates` gave it) and, per
+window and segment values, the running total of the buckets the window
+covers. A read moves the totals by the buckets it changed; a clock that moved
+slides each window, taking out the buckets it lets go and adding the ones it
+takes in. The totals are exact: every double is an integer multiple of
+2**-1074, so each is kept as that integer, and a total moved by a month of
+changes is the same number as the buckets summed afresh (rounded once, when a
+mean is asked for). The means are `windows.means` of those totals, as the
+replay's are.
+
+    sums = WindowSums(windows_ms=(300_000,), bucket_ms=60_000, labels=("variant",))
+    sums.apply(store.read_aggregates(sums.marks(oldest), oldest))
+    sums.slide({300_000: (first, last)})
+    totals = sums.totals(300_000)  # {("B",): {"impressions": 12.0, ...}}
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from stream_ndcg.vocabulary import segment_values
+
+if TYPE_CHECKING:  # the stores import the pure modules, never the other way round
+    from stream_ndcg.store import AggregateRead
+
+# The sums of one bucket of one partition: (segment key, field) -> sum.
+BucketSums = Mapping[tuple[str, str], float]
+# Where every double sits on the integer grid: 2**-1074 is the least positive one.
+_GRID_BITS = 1074
+
+
+def exact(value: float) -> int:
+    """`value` as a whole number of 2**-1074."""
+    numerator, denominator = value.as_integer_ratio()
+    return numerator << (_GRID_BITS + 1 - denominator.bit_length())
+
+
+def rounded(total: int) -> float:
+    """The double nearest a whole number of 2**-1074 (int / int rounds correctly)."""
+    return total / (1 << _GRID_BITS)
+
+
+class WindowSums:
+    """Each window's totals per segment values, moved by bucket reads and by clock slides."""
+
+    def __init__(self, windows_ms: Iterable[int], labels: tuple[str, ...]) -> None:
+        self.labels = labels
+        # bucket -> partition -> that bucket's sums
+        self._held: dict[int, dict[str, BucketSums]] = {}
+        self._marks: dict[str, str] = {}
+        # The least bucket held: a window reaching below it needs a whole read.
+        self._floor: int | None = None
+        # window -> the buckets [first, last] its totals cover (none yet: absent)
+        self._covered: dict[int, tuple[int, int]] = {}
+        self._totals: dict[int, dict[tuple[tuple[str, ...], str], int]] = {w: {} for w in windows_ms}
+        # window -> (segment values, field) -> how many held sums (of a bucket, partition and
+        # segment key) add to that total: a field is reported while it has one, even a zero
+        self._present: dict[int, Counter[tuple[tuple[str, ...], str]]] = {w: Counter() for w in windows_ms}
+        self._values_of: dict[str, tuple[str, ...]] = {}
+
+    def marks(self, since_bucket: int) -> dict[str, str]:
+        """The marks to read on from, for a read of the buckets from `since_bucket` on; none (a
+        whole read) if that reaches below what is held."""
+        if self._floor is not None and since_bucket < self._floor:
+            self._marks.clear()
+        return dict(self._marks)
+
+    def apply(self, reads: Iterable[AggregateRead], since_bucket: int) -> None:
+        """Take in a read of every partition from `since_bucket` on (`StateStore.read_aggregates`)."""
+        reads = list(reads)
+        listed = {read.partition for read in reads}
+        for partition in {p for held in self._held.values() for p in held} - listed:
+            self._forget(partition)
+            self._marks.pop(partition, None)
+        for read in reads:
+            if read.whole:
+                self._forget(read.partition)
+            for bucket, sums in read.buckets.items():
+                self._put(bucket, read.partition, sums)
+            if read.mark is None:
+                self._marks.pop(read.partition, None)
+            else:
+                self._marks[read.partition] = read.mark
+        self._floor = since_bucket
+
+    def slide(self, ranges: Mapping[int, tuple[int, int]]) -> None:
+        """Cover each window's buckets [first, last], and let go of buckets behind every window."""
+        for window, (first, last) in ranges.items():
+            old = self._covered.get(window)
+            if old == (first, last):
+                continue
+            leaving = [b for b in self._held if old and old[0] <= b <= old[1] and not first <= b <= last]
+            entering = [b for b in self._held if first <= b <= last and not (old and old[0] <= b <= old[1])]
+            for bucket in leaving:
+                for sums in self._held[bucket].values():
+                    self._add(window, self._by_values(sums), -1)
+            for bucket in entering:
+                for sums in self._held[bucket].values():
+                    self._add(window, self._by_values(sums), 1)
+            self._covered[window] = (first, last)
+        oldest = min(first for first, _ in ranges.values())
+        for bucket in [b for b in self._held if b < oldest]:
+            del self._held[bucket]
+
+    def totals(self, window: int) -> dict[tuple[str, ...], dict[str, float]]:
+        """Per segment values with something in the window: each field's total over its buckets."""
+        out: dict[tuple[str, ...], dict[str, float]] = {}
+        totals = self._totals[window]
+        for (values, name), entries in self._present[window].items():
+            if entries:
+                out.setdefault(values, {})[name] = rounded(totals[(values, name)])
+        return out
+
+    def _put(self, bucket: int, partition: str, sums: BucketSums) -> None:
+        held = self._held.setdefault(bucket, {})
+        old = held.get(partition)
+        held[partition] = dict(sums)
+        covering = [w for w, (first, last) in self._covered.items() if first <= bucket <= last]
+        if covering:
+            before = self._by_values(old) if old is not None else {}
+            after = self._by_values(sums)
+            for window in covering:
+                self._add(window, before, -1)
+                self._add(window, after, 1)
+
+    def _forget(self, partition: str) -> None:
+        for bucket, held in self._held.items():
+            old = held.pop(partition, None)
+            if old is not None:
+                for window, (first, last) in self._covered.items():
+                    if first <= bucket <= last:
+                        self._add(window, self._by_values(old), -1)
+
+    def _add(self, window: int, grouped: Mapping[tuple[tuple[str, ...], str], tuple[int, int]], sign: int) -> None:
+        totals, present = self._totals[window], self._present[window]
+        for key, (entries, total) in grouped.items():
+            present[key] += sign * entries
+            totals[key] = totals.get(key, 0) + sign * total
+            if not present[key]:
+                del present[key], totals[key]
+
+    def _by_values(self, sums: BucketSums) -> dict[tuple[tuple[str, ...], str], tuple[int, int]]:
+        """The sums of one bucket and partition by (exported labels' values, field): how many
+        segment keys add to each, and their exact total."""
+        grouped: dict[tuple[tuple[str, ...], str], tuple[int, int]] = {}
+        for (segment, name), value in sums.items():
+            values = self._values_of.get(segment)
+            if values is None:
+                values = self._values_of[segment] = tuple(segment_values(segment, self.labels))
+            entries, total = grouped.get((values, name), (0, 0))
+            grouped[(values, name)] = (entries + 1, total + exact(value))
+        return grouped
