@@ -88,6 +88,30 @@ class _StoreCollector(Collector):
     def describe(self) -> Iterable[Metric]:
         return []
 
+    def window_totals(self, now_ms: int) -> dict[int, dict[tuple[str, ...], dict[str, float]]]:
+        """Per window ending at `now_ms`, its totals per segment values, read on from the last call."""
+        view = self.view
+        ranges = {window: view.window_buckets(now_ms, window) for window in view.windows_ms}
+        oldest = min(first for first, _ in ranges.values())
+        # One call at a time moves the sums: the HTTP server answers each scrape in a thread.
+        with self._lock:
+            self.sums.apply(self.store.read_aggregates(self.sums.marks(oldest), oldest), oldest)
+            self.sums.slide(ranges)
+            return {window: self.sums.totals(window) for window in view.windows_ms}
+
+    def warm_up(self) -> None:
+        """The first read of every partition's buckets, before the first scrape asks (with a day of
+        minutes and 64 partitions it takes seconds, and a scrape times out after 10 by default)."""
+        started = time.monotonic()
+        try:
+            now = self.store.clock_ms() if self.view.event_clock else int(self.clock() * 1000)
+            if now is not None:
+                self.window_totals(now)
+        except StoreUnavailable as exc:
+            logger.info("window sums not read ahead of the first scrape (it will read them): %s", exc)
+            return
+        logger.info("window sums read ahead of the first scrape in %.1f s", time.monotonic() - started)
+
     def collect(self) -> Iterator[Metric]:
         try:
             yield from self._collect()
@@ -120,13 +144,7 @@ class _StoreCollector(Collector):
         impressions = GaugeMetricFamily(MetricName.IMPRESSIONS, "Impressions in the window.",
                                         labels=["pipeline", "window", *seg])
         if now is not None:
-            ranges = {window: view.window_buckets(now, window) for window in view.windows_ms}
-            oldest = min(first for first, _ in ranges.values())
-            # One scrape at a time moves the sums: the HTTP server answers each in a thread.
-            with self._lock:
-                self.sums.apply(self.store.read_aggregates(self.sums.marks(oldest), oldest), oldest)
-                self.sums.slide(ranges)
-                totals = {window: self.sums.totals(window) for window in view.windows_ms}
+            totals = self.window_totals(now)
             for window in view.windows_ms:
                 name = format_duration(window)
                 for label_values, sums in sorted(totals[window].items()):
@@ -201,7 +219,8 @@ class Exporter:
         self.scrape_errors = Counter(MetricName.SCRAPE_ERRORS, "Scrapes that could not read the shared state.",
                                      registry=registry)
         self.ready = Gauge(MetricName.READY, "1 while the service consumes and commits normally.", registry=registry)
-        registry.register(_StoreCollector(store, view, clock, self.scrape_errors.inc))
+        self._collector = _StoreCollector(store, view, clock, self.scrape_errors.inc)
+        registry.register(self._collector)
         self._listener: Listener | None = None
 
     def serve(self, host: str, port: int, ready: Callable[[], bool]) -> int:
@@ -232,6 +251,7 @@ class Exporter:
                 logger.debug("http: " + format, *args)
 
         self._listener = Listener(Handler, host, port, "metrics-http")
+        threading.Thread(target=self._collector.warm_up, name="window-sums-warm-up", daemon=True).start()
         return self._listener.port
 
     def close(self) -> None:

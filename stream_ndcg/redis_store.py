@@ -520,9 +520,17 @@ class RedisStore:
                     pipe.hgetall(self._key(partition, "agg", bucket))
             hashes = iter(pipe.execute())
         reads = []
+        # A handful of distinct fields over millions of values in a first read: each decoded once.
+        decoded: dict[bytes, tuple[str, str]] = {}
+
+        def field(raw: bytes) -> tuple[str, str]:
+            found = decoded.get(raw)
+            if found is None:
+                found = decoded[raw] = state_format.decode_aggregate_field(raw)
+            return found
+
         for (partition, buckets), mark, is_whole in zip(wanted, marks_now, whole, strict=True):
-            sums = {bucket: {state_format.decode_aggregate_field(f): float(v) for f, v in next(hashes).items()}
-                    for bucket in buckets}
+            sums = {bucket: {field(f): float(v) for f, v in next(hashes).items()} for bucket in buckets}
             reads.append(AggregateRead(partition, mark, is_whole, sums))
         return reads
 

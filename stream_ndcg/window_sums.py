@@ -67,6 +67,8 @@ class WindowSums:
         # segment key) add to that total: a field is reported while it has one, even a zero
         self._present: dict[int, Counter[tuple[tuple[str, ...], str]]] = {w: Counter() for w in windows_ms}
         self._values_of: dict[str, tuple[str, ...]] = {}
+        self._targets: dict[tuple[tuple[str, str], ...], tuple[
+            tuple[tuple[tuple[str, ...], str], ...], dict[tuple[tuple[str, ...], str], int]]] = {}
 
     def marks(self, since_bucket: int) -> dict[str, str]:
         """The marks to read on from, for a read of the buckets from `since_bucket` on; none (a
@@ -153,11 +155,26 @@ class WindowSums:
     def _by_values(self, sums: _Held) -> dict[tuple[tuple[str, ...], str], tuple[int, int]]:
         """The sums of one bucket and partition by (exported labels' values, field): how many
         segment keys add to each, and their exact total."""
-        grouped: dict[tuple[tuple[str, ...], str], tuple[int, int]] = {}
-        for (segment, name), value in zip(*sums, strict=True):
-            values = self._values_of.get(segment)
-            if values is None:
-                values = self._values_of[segment] = tuple(segment_values(segment, self.labels))
-            entries, total = grouped.get((values, name), (0, 0))
-            grouped[(values, name)] = (entries + 1, total + exact(value))
-        return grouped
+        layout, values = sums
+        targets, entries = self._targets_of(layout)
+        totals = dict.fromkeys(entries, 0)
+        # `exact`, inline: a first read runs this for millions of values.
+        for target, value in zip(targets, values, strict=True):
+            numerator, denominator = value.as_integer_ratio()
+            totals[target] += numerator << (_GRID_BITS + 1 - denominator.bit_length())
+        return {key: (entries[key], totals[key]) for key in entries}
+
+    def _targets_of(self, layout: tuple[tuple[str, str], ...]) -> tuple[
+            tuple[tuple[tuple[str, ...], str], ...], dict[tuple[tuple[str, ...], str], int]]:
+        """Per position of a layout, the (labels' values, field) total it adds to; and how many
+        positions add to each."""
+        found = self._targets.get(layout)
+        if found is None:
+            targets = []
+            for segment, name in layout:
+                values = self._values_of.get(segment)
+                if values is None:
+                    values = self._values_of[segment] = tuple(segment_values(segment, self.labels))
+                targets.append((values, name))
+            found = self._targets[layout] = (tuple(targets), dict(Counter(targets)))
+        return found
