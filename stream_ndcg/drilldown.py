@@ -72,14 +72,25 @@ def group_row(group: Group, grades: Mapping[str, float], cutoffs: Sequence[int])
     impressions}} discounted, at each cut-off), the part of it unjudged documents hold, and the
     most one unjudged document holds."""
     width = len(cutoffs)
+    order, weights = _rank_table(tuple(cutoffs))
+    # This runs for every group a batch re-credits. The exposure of all documents is the
+    # impressions at each rank discounted (`Group.shown_at`, kept up to date), so only the
+    # unjudged documents are walked one by one. Each rank's weight is looked up once, and the
+    # cut-offs a rank reaches are a prefix of them sorted largest first.
     exposure = [0.0] * width
+    shown = group.shown_at()
+    for rank in range(1, len(weights)):
+        count = shown.get(rank)
+        if count:
+            weight = count * weights[rank]
+            for i in order:
+                if rank > cutoffs[i]:
+                    break
+                exposure[i] += weight
     unjudged = [0.0] * width
     top = [0.0] * width
-    # This runs for every group a batch re-credits: one pass over the ranks, each rank's weight
-    # looked up once, and the cut-offs a rank reaches are a prefix of them sorted largest first.
-    order, weights = _rank_table(tuple(cutoffs))
     deepest = len(weights) - 1
-    for doc, at in group.ranks.items():
+    for at in [at for doc, at in group.ranks.items() if doc not in grades]:
         held = [0.0] * width
         for rank, count in at.items():
             if rank > deepest:
@@ -89,15 +100,10 @@ def group_row(group: Group, grades: Mapping[str, float], cutoffs: Sequence[int])
                 if rank > cutoffs[i]:
                     break
                 held[i] += weight
-        if doc in grades:
-            for i in range(width):
-                exposure[i] += held[i]
-        else:
-            for i in range(width):
-                exposure[i] += held[i]
-                unjudged[i] += held[i]
-                if held[i] > top[i]:
-                    top[i] = held[i]
+        for i in range(width):
+            unjudged[i] += held[i]
+            if held[i] > top[i]:
+                top[i] = held[i]
     values = [float(group.impressions)]
     credited = group.credited
     for i, names in enumerate(_credited_names(tuple(cutoffs))):

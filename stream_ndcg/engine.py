@@ -63,13 +63,29 @@ class Group:
     credited: dict[str, float] = field(default_factory=dict)
     # doc -> {first rank -> impressions showing it there}: all the pool ideal needs.
     ranks: dict[str, dict[int, int]] = field(default_factory=dict)
+    # rank -> impressions with a document there: the ranks summed over documents, derived on first
+    # use and then kept up to date (`shown_at`).
+    _shown_at: dict[int, int] | None = field(default=None, repr=False, compare=False)
 
     def add_list(self, ranked: tuple[str, ...], count: int, depth: int, *, keep_list: bool) -> None:
         if keep_list:
             self.lists[ranked] = self.lists.get(ranked, 0) + count
+        shown = self._shown_at
         for rank, doc in first_occurrences(ranked, depth):
             at = self.ranks.setdefault(doc, {})
             at[rank] = at.get(rank, 0) + count
+            if shown is not None:
+                shown[rank] = shown.get(rank, 0) + count
+
+    def shown_at(self) -> dict[int, int]:
+        """rank -> how many of the group's impressions show a document there."""
+        if self._shown_at is None:
+            shown: dict[int, int] = {}
+            for at in self.ranks.values():
+                for rank, count in at.items():
+                    shown[rank] = shown.get(rank, 0) + count
+            self._shown_at = shown
+        return self._shown_at
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -24,6 +25,22 @@ from stream_ndcg.redis_store import RedisStore, connect
 from stream_ndcg.segments import SegmentProjector
 
 logger = logging.getLogger(__name__)
+
+
+# The collector's youngest generation is collected after this many new container objects (700
+# by default). Every batch builds and drops hundreds of thousands of them, and each full
+# collection walks the state cache's groups: measured on the drill-down bench, 17% of the
+# service's CPU went to the collector with the defaults, 2% with these.
+YOUNG_COLLECTION_THRESHOLD = 50_000
+
+
+def collect_garbage_for_batches() -> None:
+    """Tune the cyclic garbage collector for a process that runs batches over a large live
+    state: objects alive at start are left out of every collection (`gc.freeze`), and
+    collections run a seventieth as often. Reference counting still frees what a batch drops;
+    only cycles wait longer."""
+    gc.freeze()
+    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, 20, 20)
 
 
 def redis_store(settings: Settings, observe_round_trip: Callable[[float], None] = lambda seconds: None) -> RedisStore:
@@ -91,6 +108,7 @@ def explorer(settings: Settings) -> Explorer:
 def run(settings: Settings) -> int:
     """`stream-ndcg run`: serve metrics (and the drill-down API) and consume until SIGTERM or Ctrl-C; exit 0."""
     processor, exporter = build(settings)
+    collect_garbage_for_batches()
     port = exporter.serve(settings.metrics_host, settings.metrics_port, ready=processor.ready)
     logger.info("metrics on http://%s:%d/metrics", settings.metrics_host, port)
     api = None
