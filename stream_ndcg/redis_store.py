@@ -132,12 +132,16 @@ for _, r in ipairs(p.rows) do
   for i = 1, #r[3], 200 do redis.call('HSET', KEYS[r[1]], unpack(r[3], i, math.min(i + 199, #r[3]))) end
   redis.call('PEXPIRE', KEYS[r[1]], r[2])
 end
-if ARGV[4] ~= '' then
+if #p.rows > 0 then
   local n = redis.call('HINCRBY', KEYS[2], 'rowseq', 1)
   if redis.call('EXISTS', KEYS[7]) == 1 then
     local now = redis.call('TIME')
     local oldest = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - tonumber(p.row_log_ms)
-    redis.call('XADD', KEYS[6], 'MINID', '~', string.format('%d', oldest), '*', 'n', n, 'r', ARGV[4])
+    local logged = {}
+    for _, r in ipairs(p.rows) do
+      for i = 1, #r[3], 2 do logged[#logged + 1] = {r[4], r[3][i], r[3][i + 1]} end
+    end
+    redis.call('XADD', KEYS[6], 'MINID', '~', string.format('%d', oldest), '*', 'n', n, 'r', cjson.encode(logged))
     redis.call('PEXPIRE', KEYS[6], p.row_log_ms * 2)
   end
 end
@@ -341,9 +345,9 @@ class RedisStore:
             with self._round_trip("commit"):
                 pipe = self.client.pipeline(transaction=False)
                 for commit in commits:
-                    keys, payload, row_log = self._payload(commit)
+                    keys, payload = self._payload(commit)
                     expected = "" if commit.expected_offset is None else str(commit.expected_offset)
-                    pipe.execute_command("EVAL", _COMMIT, len(keys), *keys, commit.epoch, payload, expected, row_log)
+                    pipe.execute_command("EVAL", _COMMIT, len(keys), *keys, commit.epoch, payload, expected)
                 results = pipe.execute()
         except StoreUnavailable:
             for commit in commits:
@@ -361,7 +365,7 @@ class RedisStore:
         if refused:
             raise FencedError(f"batch not written for partition(s) {', '.join(refused)}")
 
-    def _payload(self, commit: Commit) -> tuple[list[str], str, str]:
+    def _payload(self, commit: Commit) -> tuple[list[str], str]:
         partition, outcome = commit.partition, commit.outcome
         keys = [self._key(partition, name) for name in ("epoch", "meta", "counts", "aggidx", "imp", "rowlog", "reader",
                                                               "aggchg")]
@@ -387,10 +391,9 @@ class RedisStore:
                        for item in (str(bucket), impression_id)]
         aggs = [[index(self._key(partition, "agg", b)), ttl(b), str(b), fields]
                 for b, fields in state_format.aggregate_increments(outcome).items()]
-        row_writes = state_format.row_writes(outcome)
-        rows = [[index(self._key(partition, "rows", b)), ttl(b), fields] for b, fields in row_writes.items()]
-        row_log = orjson.dumps([[b, fields[i], fields[i + 1]] for b, fields in row_writes.items()
-                                for i in range(0, len(fields), 2)]).decode() if row_writes else ""
+        # The script logs the rows itself while a reader holds the lease: they cross the network once.
+        rows = [[index(self._key(partition, "rows", b)), ttl(b), fields, b]
+                for b, fields in state_format.row_writes(outcome).items()]
         prune = str(oldest_kept_bucket(now, self.horizon_ms, self.bucket_ms)) if now is not None else None
         payload = {
             "states": states, "lists": lists, "impressions": impressions, "aggs": aggs, "rows": rows,
@@ -399,7 +402,7 @@ class RedisStore:
             "imp_ttl": max(map(ttl, outcome.impression_buckets.values()), default=0),
             "offset": str(commit.next_offset), "clock": str(clock) if clock is not None else None, "prune": prune,
         }
-        return keys, orjson.dumps(payload).decode(), row_log
+        return keys, orjson.dumps(payload).decode()
 
     def ranked_lists(self, partition: str, query_id: str) -> dict[tuple[int, str, tuple[str, ...]], int]:
         with self._round_trip("list read"):
