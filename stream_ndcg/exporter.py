@@ -75,6 +75,11 @@ class WindowView:
         return last - window_ms // self.bucket_ms + 1, last
 
 
+# The exporter's warm-up reads again while a read takes longer than this, at most this many times.
+CAUGHT_UP_S = 0.1
+WARM_UP_READS = 5
+
+
 class _StoreCollector(Collector):
     def __init__(self, store: StateStore, view: WindowView, clock: Callable[[], float],
                  on_error: Callable[[], None]) -> None:
@@ -101,12 +106,19 @@ class _StoreCollector(Collector):
 
     def warm_up(self) -> None:
         """The first read of every partition's buckets, before the first scrape asks (with a day of
-        minutes and 64 partitions it takes seconds, and a scrape times out after 10 by default)."""
+        minutes and 64 partitions it takes seconds, and a scrape times out after 10 by default),
+        then reads of what changed meanwhile until one is quick, so that the first scrape reads
+        what a scrape usually reads."""
         started = time.monotonic()
         try:
-            now = self.store.clock_ms() if self.view.event_clock else int(self.clock() * 1000)
-            if now is not None:
+            for _ in range(WARM_UP_READS):
+                read_started = time.monotonic()
+                now = self.store.clock_ms() if self.view.event_clock else int(self.clock() * 1000)
+                if now is None:
+                    return
                 self.window_totals(now)
+                if time.monotonic() - read_started < CAUGHT_UP_S:
+                    break
         except StoreUnavailable as exc:
             logger.info("window sums not read ahead of the first scrape (it will read them): %s", exc)
             return
@@ -251,8 +263,12 @@ class Exporter:
                 logger.debug("http: " + format, *args)
 
         self._listener = Listener(Handler, host, port, "metrics-http")
-        threading.Thread(target=self._collector.warm_up, name="window-sums-warm-up", daemon=True).start()
+        threading.Thread(target=self.warm_up, name="window-sums-warm-up", daemon=True).start()
         return self._listener.port
+
+    def warm_up(self) -> None:
+        """Read the window sums ahead of the first scrape (`serve` starts it in a thread)."""
+        self._collector.warm_up()
 
     def close(self) -> None:
         if self._listener is not None:
