@@ -13,7 +13,7 @@ from stream_ndcg.devtools.servers import RedisClusterNodes, RedisServer
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
 from stream_ndcg.errors import ConfigError, StoreUnavailable
-from stream_ndcg.redis_store import RedisStore, connect
+from stream_ndcg.redis_store import Client, RedisStore, connect
 from stream_ndcg.store import StateStore
 from tests.support.batches import apply_batch, parsed
 from tests.support.store_contract import BUCKET, HORIZON, MEASURE, StoreContract
@@ -34,12 +34,18 @@ class TestRedisStore(StoreContract):
         client.close()
 
 
-def test_a_reader_behind_the_trimmed_row_log_reads_the_rows_whole(redis_server: RedisServer) -> None:
+def one_partition(redis_server: RedisServer, prefix: str, events: int, seed: int
+                  ) -> tuple[Client, RedisStore, Engine, list[bytes]]:
+    """A client, a store in a namespace of its own, an engine, and a simulated stream for it."""
     client = connect(redis_server.url)
-    store = RedisStore(client, namespace=f"trim-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
+    store = RedisStore(client, namespace=f"{prefix}-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
                        state_ttl_ms=HORIZON, wall_clock=False)
-    engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
-    messages = [v for _, v in Simulator(SimulationSpec(events=400, seed=8, queries=10, rate=5.0)).messages()]
+    messages = [v for _, v in Simulator(SimulationSpec(events=events, seed=seed, queries=10, rate=5.0)).messages()]
+    return client, store, Engine(MEASURE, BUCKET, horizon_ms=HORIZON), messages
+
+
+def test_a_reader_behind_the_trimmed_row_log_reads_the_rows_whole(redis_server: RedisServer) -> None:
+    client, store, engine, messages = one_partition(redis_server, "trim", events=400, seed=8)
     epoch = store.claim("t:0")
     apply_batch(store, engine, "t:0", parsed(messages[:200]), epoch=epoch, next_offset=200)
     cursor = store.read_rows("t:0", None, since_bucket=0).cursor
@@ -54,11 +60,7 @@ def test_a_reader_behind_the_trimmed_row_log_reads_the_rows_whole(redis_server: 
 
 
 def test_the_row_log_is_written_only_while_a_reader_holds_its_lease(redis_server: RedisServer) -> None:
-    client = connect(redis_server.url)
-    store = RedisStore(client, namespace=f"lease-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
-                       state_ttl_ms=HORIZON, wall_clock=False)
-    engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
-    messages = [v for _, v in Simulator(SimulationSpec(events=600, seed=9, queries=10, rate=5.0)).messages()]
+    client, store, engine, messages = one_partition(redis_server, "lease", events=600, seed=9)
     log = f"{{{store.namespace}:t:0}}:rowlog"
     epoch = store.claim("t:0")
     apply_batch(store, engine, "t:0", parsed(messages[:200]), epoch=epoch, next_offset=200)
@@ -127,11 +129,7 @@ def test_state_in_another_format_is_refused_and_state_without_one_is_todays(redi
 def test_a_partition_an_earlier_version_wrote_is_read_whole(redis_server: RedisServer) -> None:
     """A writer from before `aggchg` (a rolling upgrade) moves the offset and the sums but not the
     change index: a scrape must not trust its mark for that partition until it is read whole."""
-    client = connect(redis_server.url)
-    store = RedisStore(client, namespace=f"upg-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
-                       state_ttl_ms=HORIZON, wall_clock=False)
-    engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
-    messages = [v for _, v in Simulator(SimulationSpec(events=600, seed=9, queries=10, rate=5.0)).messages()]
+    client, store, engine, messages = one_partition(redis_server, "upg", events=600, seed=9)
     epoch = store.claim("t:0")
     apply_batch(store, engine, "t:0", parsed(messages[:200]), epoch=epoch, next_offset=200)
     [first] = store.read_aggregates({}, since_bucket=0)
