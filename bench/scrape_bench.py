@@ -213,7 +213,7 @@ def main() -> int:
         reads = store.read_aggregates
 
         def counted(marks: Any, since_bucket: int) -> Any:
-            got = reads(marks, since_bucket)
+            got = list(reads(marks, since_bucket))
             values_read.append(sum(len(sums) for read in got for sums in read.buckets.values()))
             return got
 

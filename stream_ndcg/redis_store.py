@@ -91,6 +91,8 @@ from stream_ndcg.windows import bucket_ttl_ms, oldest_kept_bucket
 
 logger = logging.getLogger(__name__)
 
+# How many buckets' sums one round trip of `read_aggregates` asks for (a bucket is tens of sums).
+AGGREGATE_READ_BUCKETS = 1000
 # How long the row log keeps a commit's rows: a drill-down reader that comes back later than this
 # reads the partition's rows whole again.
 ROW_LOG_MS = 120_000
@@ -486,7 +488,7 @@ class RedisStore:
         # fsum: the total does not depend on the order partitions are read in.
         return {key: math.fsum(values) for key, values in parts.items()}
 
-    def read_aggregates(self, marks: Mapping[str, str], since_bucket: int) -> list[AggregateRead]:
+    def read_aggregates(self, marks: Mapping[str, str], since_bucket: int) -> Iterator[AggregateRead]:
         # A mark is "<aggepoch>/<offset>" as read before the buckets: a commit after that read
         # scores its buckets above the offset, so the next read takes them (again, perhaps).
         partitions = self.partitions()
@@ -515,14 +517,9 @@ class RedisStore:
                 if is_whole:
                     pipe.zrangebyscore(self._key(partition, "aggidx"), since_bucket, "+inf")
             listed = iter(pipe.execute())
-            wanted = [(p, [int(b) for b in (next(listed) if is_whole else changes) if int(b) >= since_bucket])
-                      for p, is_whole, changes in zip(partitions, whole, changed, strict=True)]
-            pipe = self.client.pipeline(transaction=False)
-            for partition, buckets in wanted:
-                for bucket in buckets:
-                    pipe.hgetall(self._key(partition, "agg", bucket))
-            hashes = iter(pipe.execute())
-        reads = []
+        wanted = [(p, [int(b) for b in (next(listed) if is_whole else changes) if int(b) >= since_bucket],
+                   mark, is_whole)
+                  for p, is_whole, changes, mark in zip(partitions, whole, changed, marks_now, strict=True)]
         # A handful of distinct fields over millions of values in a first read: each decoded once.
         decoded: dict[bytes, tuple[str, str]] = {}
 
@@ -532,10 +529,24 @@ class RedisStore:
                 found = decoded[raw] = state_format.decode_aggregate_field(raw)
             return found
 
-        for (partition, buckets), mark, is_whole in zip(wanted, marks_now, whole, strict=True):
-            sums = {bucket: {field(f): float(v) for f, v in next(hashes).items()} for bucket in buckets}
-            reads.append(AggregateRead(partition, mark, is_whole, sums))
-        return reads
+        # The buckets a few partitions at a time, so that a whole read never holds them all as
+        # Redis replies and Python objects at once (a day of minutes of 64 partitions is millions).
+        start = 0
+        while start < len(wanted):
+            end, buckets = start, 0
+            while end < len(wanted) and (end == start or buckets + len(wanted[end][1]) <= AGGREGATE_READ_BUCKETS):
+                buckets += len(wanted[end][1])
+                end += 1
+            with self._round_trip("aggregate read"):
+                pipe = self.client.pipeline(transaction=False)
+                for partition, numbers, _, _ in wanted[start:end]:
+                    for bucket in numbers:
+                        pipe.hgetall(self._key(partition, "agg", bucket))
+                hashes = iter(pipe.execute())
+            for partition, numbers, mark, is_whole in wanted[start:end]:
+                sums = {bucket: {field(f): float(v) for f, v in next(hashes).items()} for bucket in numbers}
+                yield AggregateRead(partition, mark, is_whole, sums)
+            start = end
 
     def counts(self) -> Counter[str]:
         partitions = self.partitions()

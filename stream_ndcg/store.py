@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -118,10 +118,11 @@ class StateStore(Protocol):
         """The aggregate sums of every partition from `since_bucket` on, added up."""
         ...
 
-    def read_aggregates(self, marks: Mapping[str, str], since_bucket: int) -> list[AggregateRead]:
+    def read_aggregates(self, marks: Mapping[str, str], since_bucket: int) -> Iterator[AggregateRead]:
         """Every partition's aggregate sums from `since_bucket` on: of a partition with a mark in
         `marks`, the buckets written since it; of any other (or one whose mark the store cannot
-        read on from), all of them."""
+        read on from), all of them. Read as it is iterated, a few partitions at a time (a whole
+        read of a day of minutes is millions of sums); each mark is read before its buckets."""
         ...
 
     def counts(self) -> Counter[str]:
@@ -301,15 +302,13 @@ class MemoryStore:
                         parts.setdefault((bucket, segment, name), []).append(value)
         return {key: math.fsum(values) for key, values in parts.items()}
 
-    def read_aggregates(self, marks: Mapping[str, str], since_bucket: int) -> list[AggregateRead]:
-        reads = []
+    def read_aggregates(self, marks: Mapping[str, str], since_bucket: int) -> Iterator[AggregateRead]:
         for name, part in sorted(self._partitions.items()):
             seen = marks.get(name)
             buckets = {bucket: dict(sums) for bucket, sums in part.aggregates.items()
                        if bucket >= since_bucket and (seen is None or part.changed[bucket] > int(seen))}
             mark = str(part.next_offset if part.next_offset is not None else -1)
-            reads.append(AggregateRead(name, mark, seen is None, buckets))
-        return reads
+            yield AggregateRead(name, mark, seen is None, buckets)
 
     def counts(self) -> Counter[str]:
         return Counter(self._counts)

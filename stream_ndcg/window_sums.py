@@ -78,13 +78,12 @@ class WindowSums:
         return dict(self._marks)
 
     def apply(self, reads: Iterable[AggregateRead], since_bucket: int) -> None:
-        """Take in a read of every partition from `since_bucket` on (`StateStore.read_aggregates`)."""
-        reads = list(reads)
-        listed = {read.partition for read in reads}
-        for partition in {p for held in self._held.values() for p in held} - listed:
-            self._forget(partition)
-            self._marks.pop(partition, None)
+        """Take in a read of every partition from `since_bucket` on (`StateStore.read_aggregates`),
+        each partition as it comes: a read that fails part way leaves every partition taken in
+        whole and its mark moved, and the others as they were."""
+        listed = set()
         for read in reads:
+            listed.add(read.partition)
             if read.whole:
                 self._forget(read.partition)
             for bucket, sums in read.buckets.items():
@@ -93,6 +92,9 @@ class WindowSums:
                 self._marks.pop(read.partition, None)
             else:
                 self._marks[read.partition] = read.mark
+        for partition in {p for held in self._held.values() for p in held} - listed:
+            self._forget(partition)
+            self._marks.pop(partition, None)
         self._floor = since_bucket
 
     def slide(self, ranges: Mapping[int, tuple[int, int]]) -> None:

@@ -3,12 +3,14 @@ the Redis store does: outages and misconfiguration. (tests/unit runs the contrac
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator
 
 import pytest
 import redis
 
+from stream_ndcg import redis_store
 from stream_ndcg.devtools.servers import RedisClusterNodes, RedisServer
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
@@ -34,13 +36,13 @@ class TestRedisStore(StoreContract):
         client.close()
 
 
-def one_partition(redis_server: RedisServer, prefix: str, events: int, seed: int
+def one_partition(redis_server: RedisServer, prefix: str, events: int, seed: int, rate: float = 5.0
                   ) -> tuple[Client, RedisStore, Engine, list[bytes]]:
     """A client, a store in a namespace of its own, an engine, and a simulated stream for it."""
     client = connect(redis_server.url)
     store = RedisStore(client, namespace=f"{prefix}-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
                        state_ttl_ms=HORIZON, wall_clock=False)
-    messages = [v for _, v in Simulator(SimulationSpec(events=events, seed=seed, queries=10, rate=5.0)).messages()]
+    messages = [v for _, v in Simulator(SimulationSpec(events=events, seed=seed, queries=10, rate=rate)).messages()]
     return client, store, Engine(MEASURE, BUCKET, horizon_ms=HORIZON), messages
 
 
@@ -148,5 +150,29 @@ def test_a_partition_an_earlier_version_wrote_is_read_whole(redis_server: RedisS
     apply_batch(store, engine, "t:0", parsed(messages[200:]), epoch=epoch, next_offset=600)
     [after] = store.read_aggregates({"t:0": first.mark}, since_bucket=0)
     assert after.whole and after.mark is not None and after.mark.split("/")[0] != first.mark.split("/")[0]
-    assert not store.read_aggregates({"t:0": after.mark}, since_bucket=0)[0].buckets
+    [again] = store.read_aggregates({"t:0": after.mark}, since_bucket=0)
+    assert not again.buckets
+    client.close()
+
+
+def test_a_whole_read_in_many_round_trips_reads_what_one_round_trip_does(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    client, store, engine, messages = one_partition(redis_server, "chunks", events=900, seed=10, rate=0.2)
+    for number in range(3):
+        epoch = store.claim(f"t:{number}")
+        apply_batch(store, engine, f"t:{number}", parsed(messages[number * 300:(number + 1) * 300]), epoch=epoch,
+                    next_offset=300)
+    at_once = [(r.partition, r.mark, r.whole, r.buckets) for r in store.read_aggregates({}, since_bucket=0)]
+    assert len(at_once) == 3 and all(len(buckets) > 2 for _, _, _, buckets in at_once)
+    monkeypatch.setattr(redis_store, "AGGREGATE_READ_BUCKETS", 2)
+    round_trips: list[str] = []
+
+    def counted(what: str) -> contextlib.nullcontext[None]:
+        round_trips.append(what)
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(store, "_round_trip", counted)
+    in_parts = [(r.partition, r.mark, r.whole, r.buckets) for r in store.read_aggregates({}, since_bucket=0)]
+    assert in_parts == at_once
+    assert round_trips.count("aggregate read") == 3
     client.close()

@@ -137,7 +137,7 @@ def test_the_warm_up_reads_the_buckets_so_that_a_scrape_reads_only_what_changed_
     values_read: list[int] = []
 
     def counted(marks: Any, since_bucket: int) -> Any:
-        got = reads(marks, since_bucket)
+        got = list(reads(marks, since_bucket))
         values_read.append(sum(len(sums) for read in got for sums in read.buckets.values()))
         return got
 
