@@ -489,8 +489,10 @@ class RedisStore:
         return {key: math.fsum(values) for key, values in parts.items()}
 
     def read_aggregates(self, marks: Mapping[str, str], since_bucket: int) -> Iterator[AggregateRead]:
-        # A mark is "<aggepoch>/<offset>" as read before the buckets: a commit after that read
-        # scores its buckets above the offset, so the next read takes them (again, perhaps).
+        # A mark is "<generation's key space> <aggepoch>/<offset>" as read before the buckets: a
+        # commit after that read scores its buckets above the offset, so the next read takes them
+        # (again, perhaps). A mark of another generation or aggepoch is read on from by no one.
+        space = self._space
         partitions = self.partitions()
         with self._round_trip("aggregate change read"):
             pipe = self.client.pipeline(transaction=False)
@@ -499,7 +501,7 @@ class RedisStore:
             for partition in partitions:
                 seen = marks.get(partition)
                 # Nothing to read on from: an empty range keeps the replies one per partition.
-                low = f"({seen.partition('/')[2]}" if seen else "+inf"
+                low = f"({seen.rpartition('/')[2]}" if seen else "+inf"
                 pipe.zrangebyscore(self._key(partition, "aggchg"), low, "+inf")
             replies = pipe.execute()
             metas, changed = replies[:len(partitions)], replies[len(partitions):]
@@ -508,10 +510,10 @@ class RedisStore:
             for partition, meta in zip(partitions, metas, strict=True):
                 offset, epoch = meta.get(b"offset"), meta.get(b"aggepoch")
                 # Else a writer of an earlier version committed last, and aggchg lacks its buckets.
-                mark = f"{int(epoch or 0)}/{int(offset or -1)}" if offset == meta.get(b"aggmark") else None
+                mark = f"{space} {int(epoch or 0)}/{int(offset or -1)}" if offset == meta.get(b"aggmark") else None
                 seen = marks.get(partition)
                 marks_now.append(mark)
-                whole.append(seen is None or mark is None or seen.partition("/")[0] != mark.partition("/")[0])
+                whole.append(seen is None or mark is None or seen.rpartition("/")[0] != mark.rpartition("/")[0])
             pipe = self.client.pipeline(transaction=False)
             for partition, is_whole in zip(partitions, whole, strict=True):
                 if is_whole:

@@ -198,6 +198,8 @@ class MemoryStore:
         self._config: dict[str, object] | None = None
         # The format version recorded with the state, as Redis records it: None until the first adopt.
         self.format_version: str | None = None
+        # How many times the state was rebuilt: a mark of an earlier generation is not read on from.
+        self._generation = 0
 
     def adopt(self, config: Mapping[str, object], *, rebuild: bool = False) -> bool:
         check_format(self.format_version)
@@ -210,6 +212,7 @@ class MemoryStore:
         self._partitions.clear()
         self._counts.clear()
         self._segment_values.clear()
+        self._generation += 1
         return True
 
     def recorded_config(self) -> tuple[dict[str, object] | None, str | None]:
@@ -304,11 +307,12 @@ class MemoryStore:
 
     def read_aggregates(self, marks: Mapping[str, str], since_bucket: int) -> Iterator[AggregateRead]:
         for name, part in sorted(self._partitions.items()):
-            seen = marks.get(name)
+            generation, _, offset = marks.get(name, "").partition("/")
+            whole = not offset or int(generation) != self._generation
             buckets = {bucket: dict(sums) for bucket, sums in part.aggregates.items()
-                       if bucket >= since_bucket and (seen is None or part.changed[bucket] > int(seen))}
-            mark = str(part.next_offset if part.next_offset is not None else -1)
-            yield AggregateRead(name, mark, seen is None, buckets)
+                       if bucket >= since_bucket and (whole or part.changed[bucket] > int(offset))}
+            mark = f"{self._generation}/{part.next_offset if part.next_offset is not None else -1}"
+            yield AggregateRead(name, mark, whole, buckets)
 
     def counts(self) -> Counter[str]:
         return Counter(self._counts)

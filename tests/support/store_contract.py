@@ -136,6 +136,23 @@ class StoreContract:
         newest = max(bucket for _, bucket in held)
         assert {b for read in store.read_aggregates({}, since_bucket=newest) for b in read.buckets} == {newest}
 
+    def test_a_mark_read_before_a_rebuild_reads_the_new_state_whole(self, store: StateStore) -> None:
+        # The exporter shares its store with the consumer, which rebuilds after the exporter's
+        # warm-up has read the state of before: offsets start again, below those marks.
+        linear = {"k": [3, 10], "gain": "linear", "ideal": "pool"}
+        store.adopt(linear)
+        engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+        messages = [v for _, v in Simulator(SimulationSpec(events=600, seed=7, queries=20, rate=2.0)).messages()]
+        apply_batch(store, engine, "t:0", parsed(messages), epoch=store.claim("t:0"), next_offset=600)
+        marks = {read.partition: read.mark for read in store.read_aggregates({}, since_bucket=0)
+                 if read.mark is not None}
+        assert marks
+        assert store.adopt(dict(linear, gain="exponential"), rebuild=True)
+        apply_batch(store, engine, "t:0", parsed(messages[:100]), epoch=store.claim("t:0"), next_offset=100)
+        after = list(store.read_aggregates(marks, since_bucket=0))
+        assert [read.whole for read in after] == [True]
+        assert _summed(after) == store.aggregates()
+
     def test_a_commit_from_another_offset_than_the_stored_one_is_refused(self, store: StateStore) -> None:
         engine = Engine(MEASURE, BUCKET)
         epoch = store.claim("t:0")
