@@ -213,7 +213,7 @@ loopback, the service's batch pipeline in process (no Kafka).
 
 - Upkeep: {upkeep['with_drilldown_events_per_s']:,} events/s with the drill-down rows kept,
   {upkeep['without_events_per_s']:,} without (drilldown=false): ratio **{upkeep['ratio']}** (target >= 0.9),
-  best of two alternated runs of {upkeep['events']:,} events each.
+  best of three alternated runs of {upkeep['events']:,} events each.
 - Answers over HTTP, {answers['distinct_queries_in_window']:,} distinct queries in the 1h window, a writer
   committing live traffic meanwhile (in the same process, as in the service); the very first answer
   (reading every row once): {answers['first_answer_s']} s.
