@@ -22,11 +22,11 @@ from typing import Any
 
 from stream_ndcg import drilldown
 from stream_ndcg.errors import BadParameter, NotFound
-from stream_ndcg.exporter import WindowView
+from stream_ndcg.exporter import WindowTotals, WindowView
 from stream_ndcg.metric import Measure, ideal_dcg
 from stream_ndcg.setting_values import Bad, duration, format_duration
 from stream_ndcg.store import StateStore
-from stream_ndcg.windows import by_segment_values, oldest_kept_bucket, window_means
+from stream_ndcg.windows import means, oldest_kept_bucket
 
 # The rows one answer holds by default and at most (a query's distinct lists for "query"), and the
 # longest query id asked for (the event contract's).
@@ -141,9 +141,12 @@ class Explorer:
     """Answers the drill-down questions from a store; safe to call from several threads."""
 
     def __init__(self, store: StateStore, view: WindowView, measure: Measure, horizon_ms: int,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, window_totals: WindowTotals | None = None) -> None:
         self.store = store
         self.view = view
+        # The summary's sums: the exporter's in the service (the gauges' numbers, read once for
+        # both), else kept here.
+        self.window_totals = window_totals or WindowTotals(store, view)
         self.measure = measure
         self.horizon_ms = horizon_ms
         self.clock = clock
@@ -218,18 +221,14 @@ class Explorer:
         """The window means per segment: the numbers the gauges show."""
         now = self._now_ms()
         first, last = self._buckets(question, now)
-        in_window = range(first, last + 1).__contains__
         rows = []
-        for values, part in sorted(by_segment_values(self.store.aggregates(since_bucket=first),
-                                                     self.view.segment_labels).items()):
-            if not any(in_window(bucket) for bucket, _, _ in part):
-                continue
-            means = window_means(part, self.view.cutoffs, in_window)
+        for values, sums in sorted(self.window_totals.at(now)[question.window_ms].items()):
+            by_k = means(sums, self.view.cutoffs)
             rows.append({
                 "segment": dict(zip(self.view.segment_labels, values, strict=True)),
-                "impressions": means[str(self.view.cutoffs[0])]["impressions"],
+                "impressions": by_k[str(self.view.cutoffs[0])]["impressions"],
                 "k": {k: {name: row[name] for name in ("ndcg_mean", "dcg_mean", "judged_ratio", "scored_impressions")}
-                      for k, row in means.items()},
+                      for k, row in by_k.items()},
             })
         return {"window": format_duration(question.window_ms),
                 "windows": [format_duration(w) for w in self.view.windows_ms],

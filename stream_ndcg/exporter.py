@@ -75,6 +75,29 @@ class WindowView:
         return last - window_ms // self.bucket_ms + 1, last
 
 
+class WindowTotals:
+    """Each window's totals per segment values, kept up to date from a store by reading only the
+    buckets that changed since the last call (`window_sums.WindowSums`). The exporter's gauges and
+    the drill-down's summary are read from one of these."""
+
+    def __init__(self, store: StateStore, view: WindowView) -> None:
+        self.store = store
+        self.view = view
+        self.sums = WindowSums(view.windows_ms, view.segment_labels)
+        self._lock = threading.Lock()
+
+    def at(self, now_ms: int) -> dict[int, dict[tuple[str, ...], dict[str, float]]]:
+        """Per window ending at `now_ms`, its totals per segment values."""
+        view = self.view
+        ranges = {window: view.window_buckets(now_ms, window) for window in view.windows_ms}
+        oldest = min(first for first, _ in ranges.values())
+        # One call at a time moves the sums: the HTTP servers answer each request in a thread.
+        with self._lock:
+            self.sums.apply(self.store.read_aggregates(self.sums.marks(oldest), oldest), oldest)
+            self.sums.slide(ranges)
+            return {window: self.sums.totals(window) for window in view.windows_ms}
+
+
 # The exporter's warm-up reads again while a read takes longer than this, at most this many times.
 CAUGHT_UP_S = 0.1
 WARM_UP_READS = 5
@@ -87,22 +110,10 @@ class _StoreCollector(Collector):
         self.view = view
         self.clock = clock
         self.on_error = on_error
-        self.sums = WindowSums(view.windows_ms, view.segment_labels)
-        self._lock = threading.Lock()
+        self.totals = WindowTotals(store, view)
 
     def describe(self) -> Iterable[Metric]:
         return []
-
-    def window_totals(self, now_ms: int) -> dict[int, dict[tuple[str, ...], dict[str, float]]]:
-        """Per window ending at `now_ms`, its totals per segment values, read on from the last call."""
-        view = self.view
-        ranges = {window: view.window_buckets(now_ms, window) for window in view.windows_ms}
-        oldest = min(first for first, _ in ranges.values())
-        # One call at a time moves the sums: the HTTP server answers each scrape in a thread.
-        with self._lock:
-            self.sums.apply(self.store.read_aggregates(self.sums.marks(oldest), oldest), oldest)
-            self.sums.slide(ranges)
-            return {window: self.sums.totals(window) for window in view.windows_ms}
 
     def warm_up(self) -> None:
         """The first read of every partition's buckets, before the first scrape asks (with a day of
@@ -116,7 +127,7 @@ class _StoreCollector(Collector):
                 now = self.store.clock_ms() if self.view.event_clock else int(self.clock() * 1000)
                 if now is None:
                     return
-                self.window_totals(now)
+                self.totals.at(now)
                 if time.monotonic() - read_started < CAUGHT_UP_S:
                     break
         except StoreUnavailable as exc:
@@ -156,7 +167,7 @@ class _StoreCollector(Collector):
         impressions = GaugeMetricFamily(MetricName.IMPRESSIONS, "Impressions in the window.",
                                         labels=["pipeline", "window", *seg])
         if now is not None:
-            totals = self.window_totals(now)
+            totals = self.totals.at(now)
             for window in view.windows_ms:
                 name = format_duration(window)
                 for label_values, sums in sorted(totals[window].items()):
@@ -233,6 +244,8 @@ class Exporter:
         self.ready = Gauge(MetricName.READY, "1 while the service consumes and commits normally.", registry=registry)
         self._collector = _StoreCollector(store, view, clock, self.scrape_errors.inc)
         registry.register(self._collector)
+        # What the gauges are read from, for the drill-down's summary to read the same numbers.
+        self.window_totals = self._collector.totals
         self._listener: Listener | None = None
 
     def serve(self, host: str, port: int, ready: Callable[[], bool]) -> int:

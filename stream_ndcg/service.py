@@ -18,7 +18,7 @@ from stream_ndcg.dead_letters import DeadLetters
 from stream_ndcg.engine import Engine
 from stream_ndcg.events import Limits
 from stream_ndcg.explorer import Explorer
-from stream_ndcg.exporter import Exporter, WindowView
+from stream_ndcg.exporter import Exporter, WindowTotals, WindowView
 from stream_ndcg.kafka_source import KafkaSource
 from stream_ndcg.pipeline import BatchPipeline, RecordChecks
 from stream_ndcg.redis_store import RedisStore, connect
@@ -100,9 +100,11 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
     return processor, exporter
 
 
-def explorer(settings: Settings) -> Explorer:
-    """The drill-down's reader, on a store of its own: its reads never touch the consumer's cache."""
-    return Explorer(redis_store(settings), WindowView.from_settings(settings), settings.measure, settings.horizon)
+def explorer(settings: Settings, window_totals: WindowTotals | None = None) -> Explorer:
+    """The drill-down's reader, on a store of its own: its reads never touch the consumer's cache.
+    Its summary reads `window_totals` (the exporter's, in `run`) if given."""
+    return Explorer(redis_store(settings), WindowView.from_settings(settings), settings.measure, settings.horizon,
+                    window_totals=window_totals)
 
 
 def run(settings: Settings) -> int:
@@ -113,7 +115,7 @@ def run(settings: Settings) -> int:
     logger.info("metrics on http://%s:%d/metrics", settings.metrics_host, port)
     api = None
     if settings.api_port and settings.drilldown:
-        api = Api(explorer(settings), token=settings.api_token)
+        api = Api(explorer(settings, exporter.window_totals), token=settings.api_token)
         api_port = api.serve(settings.api_host, settings.api_port)
         logger.info("drill-down API and page on http://%s:%d/", settings.api_host, api_port)
     elif not settings.drilldown:

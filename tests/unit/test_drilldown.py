@@ -8,7 +8,7 @@ import json
 import math
 import random
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -19,9 +19,11 @@ from stream_ndcg.engine import Engine
 from stream_ndcg.errors import BadParameter, NotFound
 from stream_ndcg.explorer import Explorer, Question
 from stream_ndcg.exporter import WindowView
-from stream_ndcg.metric import Ideal, Measure, discount, first_occurrences, score_list
-from stream_ndcg.replay import Replay
-from stream_ndcg.store import MemoryStore
+from stream_ndcg.metric import Ideal, ListScore, Measure, discount, first_occurrences, score_list
+from stream_ndcg.replay import Replay, summarize
+from stream_ndcg.setting_values import format_duration
+from stream_ndcg.store import AggregateRead, MemoryStore
+from stream_ndcg.vocabulary import AggregateKey, full_segment_key, segment_values
 from tests.support.batches import apply_batch, parsed
 from tests.support.drilldown import query_table
 
@@ -46,8 +48,8 @@ def partition_of(message: bytes) -> str:
 class Fed:
     """A MemoryStore fed batch by batch through the service's pipeline, with an Explorer on it."""
 
-    def __init__(self, measure: Measure) -> None:
-        self.store = MemoryStore(bucket_ms=BUCKET, horizon_ms=HORIZON)
+    def __init__(self, measure: Measure, store: MemoryStore | None = None) -> None:
+        self.store = store or MemoryStore(bucket_ms=BUCKET, horizon_ms=HORIZON)
         self.engine = Engine(measure, BUCKET, horizon_ms=HORIZON)
         self.view = WindowView(cutoffs=measure.cutoffs, windows_ms=WINDOWS, bucket_ms=BUCKET,
                                segment_labels=("variant",), event_clock=True)
@@ -100,6 +102,27 @@ def expected_records(replay: Replay, question: Question, measure: Measure) -> di
     _, records = drilldown.page(table, other, at, min_impressions=question.min_impressions, sort=question.sort,
                                 descending=question.descending, offset=0, limit=len(table))
     return {r["query_id"]: r for r in records}
+
+
+def expected_summary(replay: Replay, window_ms: int, measure: Measure) -> dict[tuple[str, ...], dict[str, Any]]:
+    """Per variant, the window's means, each impression scored from scratch."""
+    first, last = window_of(replay, window_ms)
+    by_variant: dict[tuple[str, ...], list[ListScore]] = {}
+    for item in replay.scored():
+        if first <= item.impression.ts // BUCKET <= last:
+            variant = tuple(segment_values(full_segment_key(item.impression.segment), ("variant",)))
+            by_variant.setdefault(variant, []).append(item.score)
+    return {variant: summarize(scores, measure.cutoffs) for variant, scores in by_variant.items()}
+
+
+def assert_summary_equal(answer: dict[str, Any], expected: dict[tuple[str, ...], dict[str, Any]]) -> None:
+    got = {(row["segment"]["variant"],): row for row in answer["rows"]}
+    assert got.keys() == expected.keys()
+    for variant, row in got.items():
+        for k, figures in expected[variant].items():
+            assert row["impressions"] == figures["impressions"]
+            for name in ("ndcg_mean", "dcg_mean", "judged_ratio", "scored_impressions"):
+                assert close(row["k"][k][name], figures[name]), (variant, k, name, row["k"][k][name], figures[name])
 
 
 def assert_records_equal(got: list[dict[str, Any]], expected: dict[str, dict[str, Any]]) -> None:
@@ -161,6 +184,8 @@ def test_the_drill_down_equals_the_replay_as_the_stream_goes_on(ideal: Ideal) ->
             assert_records_equal(answer["queries"], expected_records(replay, question, measure))
             checked += 1
         for window_ms in WINDOWS:
+            summary = fed.explorer.summary(Question.parse({"window": [format_duration(window_ms)]}, fed.view))
+            assert_summary_equal(summary, expected_summary(replay, window_ms, measure))
             # Every figure of every row, exposure too (the judging queue's bound).
             held = fed.explorer.index.window(*window_of(replay, window_ms), {})
             expected_rows = query_table(replay.query_rows(*window_of(replay, window_ms), BUCKET), {})
@@ -267,6 +292,36 @@ def test_with_drilldown_off_the_engine_writes_no_rows_and_the_same_aggregates() 
     off = Engine(measure, BUCKET, horizon_ms=HORIZON, drilldown=False).apply(events, {}, set())
     assert on.rows and not off.rows
     assert off.aggregates == on.aggregates
+
+
+class CountedStore(MemoryStore):
+    """Counts the buckets the aggregate reads return; a read of every bucket fails."""
+
+    buckets_read = 0
+
+    def read_aggregates(self, marks: Mapping[str, str], since_bucket: int) -> Iterator[AggregateRead]:
+        for read in super().read_aggregates(marks, since_bucket):
+            self.buckets_read += len(read.buckets)
+            yield read
+
+    def aggregates(self, since_bucket: int | None = None) -> dict[AggregateKey, float]:
+        raise AssertionError("every bucket read")
+
+
+def test_the_summary_reads_the_buckets_that_changed_since_the_last_answer() -> None:
+    store = CountedStore(bucket_ms=BUCKET, horizon_ms=HORIZON)
+    fed = Fed(Measure(cutoffs=(5, 10)), store)
+    stream = messages()
+    fed.feed(stream[:2_000])
+    question = Question.parse({"window": ["3m"]}, fed.view)
+    fed.explorer.summary(question)
+    assert store.buckets_read > 0
+    store.buckets_read = 0
+    assert fed.explorer.summary(question)["rows"]
+    assert store.buckets_read == 0
+    fed.feed(stream[2_000:2_010])
+    fed.explorer.summary(question)
+    assert 0 < store.buckets_read <= 10
 
 
 @pytest.mark.parametrize("sort", drilldown.SORTS)
