@@ -136,10 +136,12 @@ class History:
         self.settings = settings
         self.writer = writer or OpenMetricsWriter()
         # Built as service.build builds the service, over the in-memory store.
-        self.store = MemoryStore(bucket_ms=settings.bucket, horizon_ms=settings.horizon)
+        self.store = MemoryStore(bucket_ms=settings.bucket, horizon_ms=settings.horizon,
+                                 dedup_horizon_ms=settings.dedup_ms)
         # Without drill-down rows: a history holds the window gauges only.
         self.engine = Engine(settings.measure, settings.bucket, horizon_ms=settings.horizon,
-                             judgment_max_age_ms=settings.judgment_ttl, drilldown=False)
+                             judgment_max_age_ms=settings.judgment_ttl, dedup_horizon_ms=settings.dedup_ms,
+                             drilldown=False)
         checks = RecordChecks(Limits(max_results=settings.max_results, max_message_bytes=settings.max_message_bytes),
                               require_key=False, max_future_ms=settings.max_future)
         self.pipeline = BatchPipeline(self.store, self.engine, checks, event_clock=True,
@@ -199,15 +201,17 @@ class History:
 
 def settings_of(*, k: Sequence[int] | None = None, gain: str | None = None, ideal: str | None = None,
                 max_results: int | None = None, bucket: str | None = None, windows: str | None = None,
-                segment_labels: str | None = None, pipeline: str | None = None) -> Settings:
+                segment_labels: str | None = None, pipeline: str | None = None,
+                dedup_horizon: str | None = None) -> Settings:
     """The service's settings for a history, its defaults where a value is None; ConfigError if invalid."""
     flags: dict[str, Any] = {"k": k, "gain": gain, "ideal": ideal, "max_results": max_results, "bucket": bucket,
                              "windows": windows, "segment_labels": segment_labels, "namespace": pipeline,
-                             "clock": "event"}
+                             "dedup_horizon": dedup_horizon, "clock": "event"}
     return Settings.load(flags=flags)
 
 
-_HISTORY_FLAGS = ("bucket", "windows", "segment_labels", "pipeline")
+# `--bucket` is not among them: it also sets the buckets of the dedup horizon.
+_HISTORY_FLAGS = ("windows", "segment_labels", "pipeline")
 # What `replay --per-query` reads of them.
 _PER_QUERY_FLAGS = ("bucket", "windows")
 
@@ -221,7 +225,8 @@ def add_history_flags(parser: argparse.ArgumentParser) -> None:
         "`promtool tsdb create-blocks-from openmetrics`; the events must be in arrival order")
     group.add_argument("--openmetrics", metavar="OUT.om", help="write the history to this file in OpenMetrics text")
     group.add_argument("--bucket", metavar="DURATION",
-                       help=f"the service's bucket setting (default {format_duration(defaults.bucket)})")
+                       help=f"the service's bucket setting (default {format_duration(defaults.bucket)}); "
+                            "also the step of --dedup-horizon")
     group.add_argument("--windows", metavar="DURATIONS",
                        help="the service's windows setting (default "
                             f"{','.join(format_duration(w) for w in defaults.windows)})")
@@ -245,7 +250,7 @@ def history_of(args: argparse.Namespace) -> History | None:
         raise ConfigError(f"--openmetrics: directory {directory} does not exist")
     return History(settings_of(k=args.k, gain=args.gain, ideal=args.ideal, max_results=args.max_results,
                                bucket=args.bucket, windows=args.windows, segment_labels=args.segment_labels,
-                               pipeline=args.pipeline))
+                               pipeline=args.pipeline, dedup_horizon=args.dedup_horizon))
 
 
 def write_history(history: History, path: str) -> None:

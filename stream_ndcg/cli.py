@@ -17,7 +17,7 @@ from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import InvalidEvent, Limits
 from stream_ndcg.metric import DEFAULT_CUTOFFS, DEFAULT_GAIN, DEFAULT_IDEAL, GAINS, IDEALS, Measure
 from stream_ndcg.replay import Replay
-from stream_ndcg.setting_values import parse_cutoffs
+from stream_ndcg.setting_values import format_duration, parse_cutoffs
 
 
 def _cutoffs_flag(text: str) -> tuple[int, ...]:
@@ -69,7 +69,10 @@ def _replay_stream(replay: Replay, name: str, stream: BinaryIO, progress: _Progr
 def cmd_replay(args: argparse.Namespace) -> int:
     measure = Measure(cutoffs=args.k, gain=args.gain, ideal=args.ideal)
     history = history_of(args)
-    replay = Replay(measure, Limits(max_results=args.max_results), tap=history.add if history else None)
+    # The service's dedup horizon, in its buckets, capped at its horizon as the service caps it.
+    dedup = settings_of(bucket=args.bucket, windows=args.windows, dedup_horizon=args.dedup_horizon)
+    replay = Replay(measure, Limits(max_results=args.max_results), tap=history.add if history else None,
+                    dedup_horizon_ms=dedup.dedup_ms, bucket_ms=dedup.bucket)
     per_query = settings_of(bucket=args.bucket, windows=args.windows) if args.per_query else None
     for flag, path in (("--per-impression", args.per_impression), ("--per-query", args.per_query)):
         # Found out before the work, not after minutes of it.
@@ -323,6 +326,10 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--per-query", metavar="OUT.jsonl",
                         help="write the drill-down's figures per window (--windows, --bucket; ending at the newest "
                              "event), query and segment")
+    replay.add_argument("--dedup-horizon", metavar="DURATION",
+                        help="the service's dedup_horizon setting: an impression id seen again once the newest event "
+                             f"time is this far past it is a new impression (default "
+                             f"{format_duration(Settings().dedup_horizon)})")
     add_history_flags(replay)
     replay.set_defaults(handler=cmd_replay)
 

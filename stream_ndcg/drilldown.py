@@ -71,12 +71,24 @@ def group_row(group: Group, grades: Mapping[str, float], cutoffs: Sequence[int])
     """A group's row: what it credited to the aggregates, and its exposure ({doc: {first rank:
     impressions}} discounted, at each cut-off), the part of it unjudged documents hold, and the
     most one unjudged document holds."""
+    exposure = group.exposure
+    if exposure is None:
+        exposure = group.exposure = _exposure(group, grades, tuple(cutoffs))
+    values = [float(group.impressions)]
+    credited = group.credited
+    for i, names in enumerate(_credited_names(tuple(cutoffs))):
+        values += [credited.get(name, 0.0) for name in names]
+        values += exposure[3 * i:3 * i + 3]
+    return tuple(values)
+
+
+def _exposure(group: Group, grades: Mapping[str, float], cutoffs: tuple[int, ...]) -> tuple[float, ...]:
+    """Per cut-off: the group's exposure, the part unjudged documents hold, the most one holds."""
     width = len(cutoffs)
-    order, weights = _rank_table(tuple(cutoffs))
-    # This runs for every group a batch re-credits. The exposure of all documents is the
-    # impressions at each rank discounted (`Group.shown_at`, kept up to date), so only the
-    # unjudged documents are walked one by one. Each rank's weight is looked up once, and the
-    # cut-offs a rank reaches are a prefix of them sorted largest first.
+    order, weights = _rank_table(cutoffs)
+    # The exposure of all documents is the impressions at each rank discounted (`Group.shown_at`,
+    # kept up to date), so only the unjudged documents are walked one by one. Each rank's weight is
+    # looked up once, and the cut-offs a rank reaches are a prefix of them sorted largest first.
     exposure = [0.0] * width
     shown = group.shown_at()
     for rank in range(1, len(weights)):
@@ -104,12 +116,7 @@ def group_row(group: Group, grades: Mapping[str, float], cutoffs: Sequence[int])
             unjudged[i] += held[i]
             if held[i] > top[i]:
                 top[i] = held[i]
-    values = [float(group.impressions)]
-    credited = group.credited
-    for i, names in enumerate(_credited_names(tuple(cutoffs))):
-        values += [credited.get(name, 0.0) for name in names]
-        values += [exposure[i], unjudged[i], top[i]]
-    return tuple(values)
+    return tuple(value for i in range(width) for value in (exposure[i], unjudged[i], top[i]))
 
 
 @functools.cache

@@ -66,6 +66,11 @@ class Group:
     # rank -> impressions with a document there: the ranks summed over documents, derived on first
     # use and then kept up to date (`shown_at`).
     _shown_at: dict[int, int] | None = field(default=None, repr=False, compare=False)
+    # The drill-down's exposure figures (`drilldown.group_row`): they depend on the ranks and on
+    # which of the group's documents are judged, so they are kept until the engine recomputes the
+    # group from them (`Engine._recredit`). Under the pool ideal most rows a judgment rewrites are
+    # renormalised only, and reuse them.
+    exposure: tuple[float, ...] | None = field(default=None, repr=False, compare=False)
 
     def add_list(self, ranked: tuple[str, ...], count: int, depth: int, *, keep_list: bool) -> None:
         if keep_list:
@@ -178,7 +183,7 @@ class Engine:
     """Applies events to query states, keeping every group's credit exact.
 
         engine = Engine(Measure(cutoffs=(10,)), bucket_ms=60_000)
-        outcome = engine.apply(events, states, known_impressions=set(), now_ms=...)
+        outcome = engine.apply(events, states, known_impressions={}, now_ms=...)
 
     Counts use the keys of `vocabulary`: accepted events by type, duplicates by type and
     rejections by reason.
@@ -191,6 +196,7 @@ class Engine:
         *,
         horizon_ms: int | None = None,
         judgment_max_age_ms: int | None = None,
+        dedup_horizon_ms: int | None = None,
         segment_key: SegmentKeyFn = full_segment_key,
         drilldown: bool = True,
     ) -> None:
@@ -200,6 +206,9 @@ class Engine:
         self.bucket_ms = bucket_ms
         self.horizon_ms = horizon_ms
         self.judgment_max_age_ms = judgment_max_age_ms
+        # How long behind the clock an accepted impression's id makes a resend of it a duplicate
+        # (None: as long as the store remembers it).
+        self.dedup_horizon_ms = dedup_horizon_ms
         self.segment_key = segment_key
         # Whether to write each re-credited group's drill-down row (`BatchOutcome.rows`).
         self.drilldown = drilldown
@@ -211,18 +220,19 @@ class Engine:
         self,
         events: Iterable[Event | InvalidEvent],
         states: Mapping[str, QueryState],
-        known_impressions: set[str],
+        known_impressions: dict[str, int],
         now_ms: int | None = None,
         *,
         event_clock: bool = False,
     ) -> BatchOutcome:
         """Apply events in order. `states` must hold every query the events name
         (a missing one starts empty); `known_impressions` the impression ids
-        already applied. `now_ms` drives expiry and too-old rejections (None:
-        neither); with `event_clock` it advances to each event's time, so which
-        events count depends on their order, never on batch boundaries (only
-        when groups behind every window are dropped does). The clock reached is
-        `outcome.clock_ms`."""
+        already applied, with the bucket of each (the engine adds the batch's).
+        `now_ms` drives expiry, too-old rejections and the dedup horizon (None:
+        none of them); with `event_clock` it advances to each event's time, so
+        which events count depends on their order, never on batch boundaries
+        (only when groups behind every window are dropped does). The clock
+        reached is `outcome.clock_ms`."""
         outcome = BatchOutcome(clock_ms=now_ms)
         for event in events:
             if isinstance(event, InvalidEvent):
@@ -257,19 +267,20 @@ class Engine:
         self,
         event: Impression,
         state: QueryState,
-        known: set[str],
+        known: dict[str, int],
         now_ms: int | None,
         outcome: BatchOutcome,
         todo: QueryChange,
     ) -> None:
-        if event.impression_id in known:
+        seen = known.get(event.impression_id)
+        if seen is not None and self._remembered(seen, now_ms):
             outcome.counts[duplicate(IMPRESSION)] += 1
             return
         if now_ms is not None and self.horizon_ms is not None and event.ts < now_ms - self.horizon_ms:
             outcome.counts[rejected(TOO_OLD)] += 1
             return
-        known.add(event.impression_id)
         bucket = self.bucket_of(event.ts)
+        known[event.impression_id] = bucket
         outcome.impression_buckets[event.impression_id] = bucket
         outcome.counts[IMPRESSION] += 1
         key = (bucket, self.segment_key(event.segment))
@@ -282,6 +293,14 @@ class Engine:
         outcome.lists[(event.query_id, bucket, key[1], ranked)] = (
             outcome.lists.get((event.query_id, bucket, key[1], ranked), 0) + 1)
         todo.groups.add(key)
+
+    def _remembered(self, bucket: int, now_ms: int | None) -> bool:
+        """Whether an impression id accepted in `bucket` still makes a resend a duplicate: the
+        dedup horizon rule, checked here and not only by the stores' pruning, so that a batch's
+        boundaries never decide it."""
+        if now_ms is None or self.dedup_horizon_ms is None:
+            return True
+        return bucket >= oldest_kept_bucket(now_ms, self.dedup_horizon_ms, self.bucket_ms)
 
     def _judgment(
         self,
@@ -325,6 +344,8 @@ class Engine:
         todo.dirty.update(todo.groups)
         for key, group in state.groups.items():
             if key in todo.groups or not todo.docs.isdisjoint(group.ranks):
+                # New impressions or a grade of one of its documents: its exposure figures go too.
+                group.exposure = None
                 totals = self._totals(group, grades, ideals)
             elif renormalise:
                 totals = pooled_ndcg(dict(group.credited), group.impressions, ideals)

@@ -26,7 +26,7 @@ Cluster hash tag, so that everything of one input partition P =
                                        TTL max(horizon, judgment TTL)
     {ns:P}:lists:<query_id>:<bucket>  HASH  the query's ranked lists (`state_format`), TTL horizon
     {ns:P}:imp                 ZSET    impression ids applied, scored by their time bucket; pruned
-                                       behind the horizon (`windows.oldest_kept_bucket`)
+                                       behind the dedup horizon (`windows.oldest_kept_bucket`)
     {ns:P}:agg:<bucket>        HASH    aggregate sums (`state_format`), TTL horizon
     {ns:P}:aggidx              ZSET    the buckets that have an agg hash
     {ns:P}:aggchg              ZSET    the same buckets, scored by the next offset of the commit
@@ -157,7 +157,7 @@ if p.prune ~= cjson.null then
   local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. p.prune)
   for i = 1, #gone, 500 do redis.call('ZREM', KEYS[8], unpack(gone, i, math.min(i + 499, #gone))) end
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. p.prune)
-  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. p.prune)
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. p.forget)
 end
 return 1
 """
@@ -219,6 +219,7 @@ class RedisStore:
         bucket_ms: int,
         horizon_ms: int,
         state_ttl_ms: int,
+        dedup_horizon_ms: int | None = None,
         wall_clock: bool = True,
         cache_groups: int = 20_000,
         observe_round_trip: Callable[[float], None] = lambda seconds: None,
@@ -232,6 +233,8 @@ class RedisStore:
         self.bucket_ms = bucket_ms
         self.horizon_ms = horizon_ms
         self.state_ttl_ms = max(state_ttl_ms, horizon_ms)
+        # Impression ids are forgotten behind this (None: the horizon).
+        self.dedup_horizon_ms = dedup_horizon_ms or horizon_ms
         self.wall_clock = wall_clock
         self._observe = observe_round_trip
         self._admitted: dict[tuple[str, str], bool] = {}
@@ -336,7 +339,8 @@ class RedisStore:
         for query_id, fields in zip(queries, replies[: len(queries)], strict=True):
             if fields:
                 states[query_id] = state_format.state_from_fields(fields)
-        known = {i for i, score in zip(ids, replies[len(queries)], strict=True) if score is not None} if ids else set()
+        known = {i: int(score) for i, score in zip(ids, replies[len(queries)], strict=True)
+                 if score is not None} if ids else {}
         clock = replies[-1]
         return Snapshot(states, known, int(clock) if clock is not None else None)
 
@@ -397,12 +401,15 @@ class RedisStore:
         rows = [[index(self._key(partition, "rows", b)), ttl(b), fields, b]
                 for b, fields in state_format.row_writes(outcome).items()]
         prune = str(oldest_kept_bucket(now, self.horizon_ms, self.bucket_ms)) if now is not None else None
+        forget = str(oldest_kept_bucket(now, self.dedup_horizon_ms, self.bucket_ms)) if now is not None else None
         payload = {
             "states": states, "lists": lists, "impressions": impressions, "aggs": aggs, "rows": rows,
             "row_log_ms": ROW_LOG_MS,
             "counts": [[name, n] for name, n in outcome.counts.items()],
-            "imp_ttl": max(map(ttl, outcome.impression_buckets.values()), default=0),
+            "imp_ttl": max((bucket_ttl_ms(b, now, self.dedup_horizon_ms, self.bucket_ms)
+                            for b in outcome.impression_buckets.values()), default=0),
             "offset": str(commit.next_offset), "clock": str(clock) if clock is not None else None, "prune": prune,
+            "forget": forget,
         }
         return keys, orjson.dumps(payload).decode()
 

@@ -2,8 +2,11 @@
 
 It keeps every distinct impression and every judgment revision, then scores
 each impression from scratch with `metric.score_list` against the final
-judgments of its query. No window, no clock and no expiry: every event of the
-input counts, whenever it arrived.
+judgments of its query. No window and no expiry: every event of the input
+counts, whenever it arrived. The one clock is the dedup horizon's: with
+`dedup_horizon_ms`, an impression id seen again once the newest event time has
+moved that far past the first one's bucket is a new impression, as in the
+service with the event clock (whose clock is its partition's).
 
     replay = Replay(Measure(cutoffs=(5, 10)))
     for line in open("events.jsonl", "rb"):
@@ -24,7 +27,7 @@ from stream_ndcg.events import DEFAULT_LIMITS, Impression, InvalidEvent, Judgmen
 from stream_ndcg.metric import ListScore, Measure, list_sums, score_list
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.vocabulary import IMPRESSION, IMPRESSIONS, JUDGMENT, full_segment_key, scored_at
-from stream_ndcg.windows import means
+from stream_ndcg.windows import means, oldest_kept_bucket
 
 
 @dataclass(frozen=True)
@@ -37,12 +40,17 @@ class Replay:
     """Collects events under the contract and scores them in one pass at the end."""
 
     def __init__(self, measure: Measure, limits: Limits = DEFAULT_LIMITS,
-                 tap: Callable[[bytes | str], None] | None = None) -> None:
+                 tap: Callable[[bytes | str], None] | None = None, *,
+                 dedup_horizon_ms: int | None = None, bucket_ms: int = 60_000) -> None:
         self.measure = measure
+        self.dedup_horizon_ms = dedup_horizon_ms
+        self.bucket_ms = bucket_ms
         self.limits = limits
         # Given every message, in order, before it is parsed: `backfill.History.add` replays them too.
         self.tap = tap
-        self._impressions: dict[str, Impression] = {}
+        self._impressions: list[Impression] = []
+        # impression id -> the time bucket of the last impression accepted with it.
+        self._impression_buckets: dict[str, int] = {}
         self._winners: dict[str, dict[str, Judgment]] = {}
         self._revisions: set[Judgment] = set()
         self.duplicates: Counter[str] = Counter()
@@ -62,13 +70,15 @@ class Replay:
             return event
         if self.earliest_ts is None or event.ts < self.earliest_ts:
             self.earliest_ts = event.ts
-        if self.latest_ts is None or event.ts > self.latest_ts:
-            self.latest_ts = event.ts
+        clock = self.latest_ts = event.ts if self.latest_ts is None else max(self.latest_ts, event.ts)
         if isinstance(event, Impression):
-            if event.impression_id in self._impressions:
+            seen = self._impression_buckets.get(event.impression_id)
+            if seen is not None and (self.dedup_horizon_ms is None or seen >= oldest_kept_bucket(
+                    clock, self.dedup_horizon_ms, self.bucket_ms)):
                 self.duplicates[IMPRESSION] += 1
             else:
-                self._impressions[event.impression_id] = event
+                self._impression_buckets[event.impression_id] = event.ts // self.bucket_ms
+                self._impressions.append(event)
             return None
         if event in self._revisions:
             self.duplicates[JUDGMENT] += 1
@@ -86,7 +96,7 @@ class Replay:
     def scored(self) -> Iterator[ScoredImpression]:
         """Every distinct impression, scored with every judgment applied, in arrival order."""
         grades_by_query: dict[str, dict[str, float]] = {}
-        for impression in self._impressions.values():
+        for impression in self._impressions:
             grades = grades_by_query.get(impression.query_id)
             if grades is None:
                 grades = grades_by_query[impression.query_id] = self.grades(impression.query_id)

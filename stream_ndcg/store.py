@@ -38,7 +38,8 @@ class Snapshot:
     """What a batch needs of one partition before the engine runs."""
 
     states: dict[str, QueryState]
-    known_impressions: set[str]
+    # The impression ids the store remembers, with the time bucket each was applied in.
+    known_impressions: dict[str, int]
     clock_ms: int | None
 
 
@@ -93,7 +94,8 @@ class StateStore(Protocol):
 
     def load(self, partition: str, query_ids: Collection[str], impressions: Mapping[str, int]) -> Snapshot:
         """The states of `query_ids`, and which of `impressions` (id -> time bucket) were already
-        applied: by id, whatever the bucket, as long as the earlier one is inside the horizon."""
+        applied, by id, with the bucket of the earlier one: ids are remembered for the dedup
+        horizon at least (the engine decides which still count as duplicates)."""
         ...
 
     def commit(self, commits: Collection[Commit]) -> None:
@@ -188,9 +190,12 @@ class MemoryStore:
     store exercises the same round trip.
     """
 
-    def __init__(self, *, bucket_ms: int = 60_000, horizon_ms: int | None = None) -> None:
+    def __init__(self, *, bucket_ms: int = 60_000, horizon_ms: int | None = None,
+                 dedup_horizon_ms: int | None = None) -> None:
         self.bucket_ms = bucket_ms
         self.horizon_ms = horizon_ms
+        # Impression ids are forgotten behind this (None: the horizon).
+        self.dedup_horizon_ms = dedup_horizon_ms
         self._partitions: dict[str, _Partition] = {}
         self._counts: Counter[str] = Counter()
         self._segment_values: dict[str, set[str]] = {}
@@ -237,7 +242,7 @@ class MemoryStore:
     def load(self, partition: str, query_ids: Collection[str], impressions: Mapping[str, int]) -> Snapshot:
         part = self._partition(partition)
         states = {q: state_from_fields(part.states[q]) for q in query_ids if q in part.states}
-        known = {i for i in impressions if i in part.impressions}
+        known = {i: part.impressions[i] for i in impressions if i in part.impressions}
         return Snapshot(states, known, part.clock_ms)
 
     def commit(self, commits: Collection[Commit]) -> None:
@@ -272,10 +277,15 @@ class MemoryStore:
             self._expire(part)
 
     def _expire(self, part: _Partition) -> None:
-        if self.horizon_ms is None or part.clock_ms is None:
+        if part.clock_ms is None:
+            return
+        dedup_horizon_ms = self.dedup_horizon_ms or self.horizon_ms
+        if dedup_horizon_ms is not None:
+            remembered = oldest_kept_bucket(part.clock_ms, dedup_horizon_ms, self.bucket_ms)
+            part.impressions = {i: bucket for i, bucket in part.impressions.items() if bucket >= remembered}
+        if self.horizon_ms is None:
             return
         oldest = oldest_kept_bucket(part.clock_ms, self.horizon_ms, self.bucket_ms)
-        part.impressions = {i: bucket for i, bucket in part.impressions.items() if bucket >= oldest}
         for held in part.lists.values():
             for stale in [listed for listed in held if listed[0] < oldest]:
                 del held[stale]

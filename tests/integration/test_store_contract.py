@@ -18,7 +18,7 @@ from stream_ndcg.errors import ConfigError, StoreUnavailable
 from stream_ndcg.redis_store import Client, RedisStore, connect
 from stream_ndcg.store import StateStore
 from tests.support.batches import apply_batch, parsed
-from tests.support.store_contract import BUCKET, HORIZON, MEASURE, StoreContract
+from tests.support.store_contract import BUCKET, DEDUP_HORIZON, HORIZON, MEASURE, StoreContract
 
 pytestmark = pytest.mark.redis
 
@@ -32,7 +32,8 @@ class TestRedisStore(StoreContract):
         # Without a cache every batch reads its query states back from Redis.
         cache_groups = 1000 if request.param == "redis-cached" else 0
         yield RedisStore(client, namespace=f"c-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
-                         state_ttl_ms=HORIZON, wall_clock=False, cache_groups=cache_groups)
+                         state_ttl_ms=HORIZON, dedup_horizon_ms=DEDUP_HORIZON, wall_clock=False,
+                         cache_groups=cache_groups)
         client.close()
 
 

@@ -6,7 +6,7 @@ arroyo's tests/backends/mixins.py does for its consumers::
     class TestMemoryStore(StoreContract):
         @pytest.fixture
         def store(self) -> StateStore:
-            return MemoryStore(bucket_ms=BUCKET, horizon_ms=HORIZON)
+            return MemoryStore(bucket_ms=BUCKET, horizon_ms=HORIZON, dedup_horizon_ms=DEDUP_HORIZON)
 
 The in-memory store runs it from tests/unit, the Redis stores from tests/integration.
 """
@@ -31,6 +31,8 @@ from tests.support.batches import apply_batch, parsed
 MEASURE = Measure(cutoffs=(3, 10))
 BUCKET = 60_000
 HORIZON = 3_600_000
+# The stores under contract remember impression ids this long.
+DEDUP_HORIZON = 10 * BUCKET
 T0 = 1_763_683_200_000
 
 
@@ -173,6 +175,24 @@ class StoreContract:
         apply_batch(store, engine, "t:0", parsed([again]), epoch=epoch, next_offset=2)
         assert store.counts()["impression"] == 1
         assert store.counts()["duplicate:impression"] == 1
+
+    def test_impression_ids_are_remembered_for_the_dedup_horizon_then_forgotten(self, store: StateStore) -> None:
+        engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON, dedup_horizon_ms=DEDUP_HORIZON)
+        epoch = store.claim("t:0")
+        shown = b'{"type":"impression","impression_id":"%s","query_id":"q","ts":%d,"results":["a"]}'
+        apply_batch(store, engine, "t:0", parsed([shown % (b"i", T0)]), epoch=epoch, next_offset=1)
+        # A resend while the clock is within the dedup horizon of the first: a duplicate.
+        apply_batch(store, engine, "t:0", parsed([shown % (b"i", T0 + 5 * BUCKET)]), epoch=epoch, next_offset=2)
+        assert store.load("t:0", [], {"i": T0 // BUCKET}).known_impressions == {"i": T0 // BUCKET}
+        # The clock passes the dedup horizon: the id is forgotten (its memory freed), and the
+        # same id later is a new impression.
+        later = T0 + DEDUP_HORIZON + 2 * BUCKET
+        apply_batch(store, engine, "t:0", parsed([shown % (b"j", later)]), epoch=epoch, next_offset=3)
+        assert store.load("t:0", [], {"i": later // BUCKET}).known_impressions == {}
+        apply_batch(store, engine, "t:0", parsed([shown % (b"i", later)]), epoch=epoch, next_offset=4)
+        assert store.counts()["impression"] == 3
+        assert store.counts()["duplicate:impression"] == 1
+        assert store.load("t:0", [], {"i": 0}).known_impressions == {"i": later // BUCKET}
 
     def test_ranked_lists_are_kept_deduplicated_with_counts(self, store: StateStore) -> None:
         engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)

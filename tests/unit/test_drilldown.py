@@ -288,8 +288,8 @@ def test_a_comparison_behind_the_horizon_is_refused() -> None:
 def test_with_drilldown_off_the_engine_writes_no_rows_and_the_same_aggregates() -> None:
     measure = Measure(cutoffs=(5, 10))
     events = parsed(messages(500))
-    on = Engine(measure, BUCKET, horizon_ms=HORIZON).apply(events, {}, set())
-    off = Engine(measure, BUCKET, horizon_ms=HORIZON, drilldown=False).apply(events, {}, set())
+    on = Engine(measure, BUCKET, horizon_ms=HORIZON).apply(events, {}, {})
+    off = Engine(measure, BUCKET, horizon_ms=HORIZON, drilldown=False).apply(events, {}, {})
     assert on.rows and not off.rows
     assert off.aggregates == on.aggregates
 

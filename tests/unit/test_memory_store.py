@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from stream_ndcg.store import MemoryStore, StateStore
-from tests.support.store_contract import BUCKET, HORIZON, StoreContract
+from tests.support.store_contract import BUCKET, DEDUP_HORIZON, HORIZON, StoreContract
 
 
 class TestMemoryStore(StoreContract):
     @pytest.fixture
     def store(self) -> StateStore:
-        return MemoryStore(bucket_ms=BUCKET, horizon_ms=HORIZON)
+        return MemoryStore(bucket_ms=BUCKET, horizon_ms=HORIZON, dedup_horizon_ms=DEDUP_HORIZON)

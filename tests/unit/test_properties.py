@@ -3,7 +3,10 @@
 - any permutation of the events gives the same replay output;
 - delivering any events again gives the same output;
 - the incremental engine, through the in-memory store, equals the batch
-  replay after every batch, whatever the batch boundaries.
+  replay after every batch, whatever the batch boundaries, and so it does with a
+  dedup horizon over resent impressions;
+- states kept in memory from batch to batch (as the Redis store's cache keeps
+  them) write the same drill-down rows as states read back from their stored form.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stream_ndcg.engine import Engine
+from stream_ndcg.drilldown import group_row
+from stream_ndcg.engine import Engine, QueryState
 from stream_ndcg.metric import Measure
 from stream_ndcg.replay import Replay
+from stream_ndcg.state_format import state_fields, state_from_fields
 from stream_ndcg.store import MemoryStore
 from stream_ndcg.vocabulary import full_segment_key
 from stream_ndcg.windows import window_means
@@ -109,18 +114,45 @@ def test_delivering_events_again_changes_nothing_but_the_duplicate_count(
 @given(event_streams(), measures, st.lists(st.integers(1, 6), min_size=40, max_size=40))
 def test_the_engine_equals_the_batch_replay_after_every_batch(
         messages: list[bytes], measure: Measure, batch_sizes: list[int]) -> None:
-    engine = Engine(measure)
-    store = MemoryStore()
+    # The processing clock: no expiry, so that every event counts whatever its time.
+    assert_engine_equals_replay(messages, measure, batch_sizes, dedup_horizon_ms=None)
+
+
+@st.composite
+def resent_streams(draw: st.DrawFn) -> list[bytes]:
+    """Streams in which a producer resends impressions, some soon and some long after (by event time)."""
+    messages = draw(event_streams())
+    for _ in range(draw(st.integers(0, 8))):
+        impressions = [m for m in messages if b'"impression"' in m]
+        if not impressions:
+            break
+        messages.insert(draw(st.integers(0, len(messages))), draw(st.sampled_from(impressions)))
+    return messages
+
+
+@given(resent_streams(), measures, st.lists(st.integers(1, 6), min_size=60, max_size=60),
+       st.sampled_from([1_000, 60_000, 120_000, 180_000]))
+def test_with_a_dedup_horizon_the_engine_equals_the_replay_after_every_batch(
+        messages: list[bytes], measure: Measure, batch_sizes: list[int], dedup_horizon_ms: int) -> None:
+    # The event clock moves over the stream's six minutes: a resent id behind the dedup horizon
+    # is a new impression, whichever batch it falls in.
+    assert_engine_equals_replay(messages, measure, batch_sizes, dedup_horizon_ms=dedup_horizon_ms)
+
+
+def assert_engine_equals_replay(messages: list[bytes], measure: Measure, batch_sizes: list[int],
+                                dedup_horizon_ms: int | None) -> None:
+    engine = Engine(measure, dedup_horizon_ms=dedup_horizon_ms)
+    store = MemoryStore(dedup_horizon_ms=dedup_horizon_ms)
     epoch = store.claim("t:0")
-    replay = Replay(measure)
+    replay = Replay(measure, dedup_horizon_ms=dedup_horizon_ms)
     position = 0
     for size in batch_sizes:
         batch = messages[position: position + size]
         if not batch:
             break
         position += len(batch)
-        # The processing clock: no expiry, so that every event counts whatever its time.
-        apply_batch(store, engine, "t:0", parsed(batch), epoch=epoch, next_offset=position, event_clock=False)
+        apply_batch(store, engine, "t:0", parsed(batch), epoch=epoch, next_offset=position,
+                    event_clock=dedup_horizon_ms is not None)
         for message in batch:
             replay.add(message)
         expected = replay.summary()
@@ -164,3 +196,22 @@ def _close_json(a: Any, b: Any) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return abs(a - b) <= 1e-9
     return bool(a == b)
+
+
+@given(event_streams(), measures, st.lists(st.integers(1, 6), min_size=40, max_size=40))
+def test_states_kept_from_batch_to_batch_write_the_rows_of_states_read_back(
+        messages: list[bytes], measure: Measure, batch_sizes: list[int]) -> None:
+    engine = Engine(measure)
+    kept: dict[str, QueryState] = {}
+    known: dict[str, int] = {}
+    position = 0
+    for size in batch_sizes:
+        batch = messages[position: position + size]
+        if not batch:
+            break
+        position += len(batch)
+        outcome = engine.apply(parsed(batch), kept, known)
+        kept.update(outcome.touched)
+        for (query_id, bucket, segment), row in outcome.rows.items():
+            read_back = state_from_fields(state_fields(kept[query_id]))
+            assert row == group_row(read_back.groups[(bucket, segment)], read_back.grades(), measure.cutoffs)

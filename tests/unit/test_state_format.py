@@ -42,7 +42,7 @@ def test_the_incremental_write_holds_what_the_whole_state_encodes(ideal: str) ->
     stored: dict[bytes, bytes] = {}
     for batch in BATCHES:
         states = {"q": state_format.state_from_fields(stored)} if stored else {}
-        outcome = engine.apply([parse_event(m) for m in batch], states, set(), T0, event_clock=True)
+        outcome = engine.apply([parse_event(m) for m in batch], states, {}, T0, event_clock=True)
         apply_like_redis(stored, *state_format.changed_fields(outcome.touched["q"], outcome.changes["q"]))
         assert state_format.state_from_fields(stored) == outcome.touched["q"]
         assert {k: orjson.loads(v) for k, v in stored.items()} == {
@@ -52,7 +52,7 @@ def test_the_incremental_write_holds_what_the_whole_state_encodes(ideal: str) ->
 
 def test_a_state_round_trips_with_its_ranks_as_integers() -> None:
     engine = Engine(Measure(cutoffs=(3,)))
-    state = engine.apply([parse_event(m) for m in BATCHES[0]], {}, set()).touched["q"]
+    state = engine.apply([parse_event(m) for m in BATCHES[0]], {}, {}).touched["q"]
     again = state_format.state_from_fields(state_format.state_fields(state))
     assert again == state and again is not state
     assert all(isinstance(rank, int) for group in again.groups.values() for at in group.ranks.values() for rank in at)
