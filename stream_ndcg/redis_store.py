@@ -22,8 +22,8 @@ Cluster hash tag, so that everything of one input partition P =
                                        aggmark (the offset its last commit wrote aggchg up to) and
                                        aggepoch (counts the times aggchg missed commits: see below)
     {ns:P}:counts              HASH    event counts: impression, judgment, duplicate:*, rejected:*
-    {ns:P}:q:<query_id>        HASH    the query's state (fields: `state_format`),
-                                       TTL max(horizon, judgment TTL)
+    {ns:P}:q:<query_id>        HASH    the query's state (fields: `state_format`), TTL max(horizon,
+                                       judgment TTL); without judgments, its newest bucket's TTL
     {ns:P}:lists:<query_id>:<bucket>  HASH  the query's ranked lists (`state_format`), TTL horizon
     {ns:P}:imp                 ZSET    impression ids applied, scored by their time bucket; pruned
                                        behind the dedup horizon (`windows.oldest_kept_bucket`)
@@ -348,10 +348,13 @@ class RedisStore:
         if not commits:
             return
         try:
+            state_ttls: list[dict[str, int]] = []
             with self._round_trip("commit"):
+                written = time.monotonic()
                 pipe = self.client.pipeline(transaction=False)
                 for commit in commits:
-                    keys, payload = self._payload(commit)
+                    keys, payload, ttls = self._payload(commit)
+                    state_ttls.append(ttls)
                     expected = "" if commit.expected_offset is None else str(commit.expected_offset)
                     pipe.execute_command("EVAL", _COMMIT, len(keys), *keys, commit.epoch, payload, expected)
                 results = pipe.execute()
@@ -360,10 +363,11 @@ class RedisStore:
                 self._cache.forget(commit.partition)
             raise
         refused = []
-        for commit, result in zip(commits, results, strict=True):
+        for commit, result, ttls in zip(commits, results, state_ttls, strict=True):
             if result == 1:
-                deadline = time.monotonic() + self.state_ttl_ms / 1000 * 0.9
-                self._cache.put(commit.partition, commit.outcome.touched, deadline)
+                # Trusted for less than the key's TTL, which runs from the write.
+                for query_id, state in commit.outcome.touched.items():
+                    self._cache.put(commit.partition, {query_id: state}, written + ttls[query_id] / 1000 * 0.9)
             else:
                 self._cache.forget(commit.partition)
                 reason = "claimed by a newer holder" if result == 0 else "not at the expected offset"
@@ -371,7 +375,8 @@ class RedisStore:
         if refused:
             raise FencedError(f"batch not written for partition(s) {', '.join(refused)}")
 
-    def _payload(self, commit: Commit) -> tuple[list[str], str]:
+    def _payload(self, commit: Commit) -> tuple[list[str], str, dict[str, int]]:
+        """The commit script's keys and payload, and the TTL it gives each query state."""
         partition, outcome = commit.partition, commit.outcome
         keys = [self._key(partition, name) for name in ("epoch", "meta", "counts", "aggidx", "imp", "rowlog", "reader",
                                                               "aggchg")]
@@ -380,16 +385,24 @@ class RedisStore:
             keys.append(key)
             return len(keys)  # Lua counts from 1
 
-        states = []
-        for query_id, state in outcome.touched.items():
-            query_change = outcome.changes[query_id]
-            written, removed, appended = state_format.changed_fields(state, query_change)
-            states.append([index(self._key(partition, "q", query_id)), self.state_ttl_ms, written, removed, appended])
         clock = outcome.clock_ms
         now = time.time() * 1000 if self.wall_clock else clock
 
         def ttl(bucket: int) -> int:
             return bucket_ttl_ms(bucket, now, self.horizon_ms, self.bucket_ms)
+
+        states = []
+        state_ttls: dict[str, int] = {}
+        for query_id, state in outcome.touched.items():
+            query_change = outcome.changes[query_id]
+            written, removed, appended = state_format.changed_fields(state, query_change)
+            # Judgments outlive the query's last event by the judgment TTL. A state without any
+            # holds only groups, which all fall behind the horizon with its newest bucket: the
+            # engine would drop them at the query's next event, and Redis drops them unasked (a
+            # query shown once would otherwise hold its groups for the judgment TTL).
+            state_ttl = state_ttls[query_id] = (self.state_ttl_ms if state.revisions
+                                                else max(map(ttl, (b for b, _ in state.groups)), default=1))
+            states.append([index(self._key(partition, "q", query_id)), state_ttl, written, removed, appended])
 
         lists = [[index(self._key(partition, "lists", q, b)), ttl(b), fields]
                  for (q, b), fields in state_format.list_increments(outcome).items()]
@@ -411,7 +424,7 @@ class RedisStore:
             "offset": str(commit.next_offset), "clock": str(clock) if clock is not None else None, "prune": prune,
             "forget": forget,
         }
-        return keys, orjson.dumps(payload).decode()
+        return keys, orjson.dumps(payload).decode(), state_ttls
 
     def ranked_lists(self, partition: str, query_id: str) -> dict[tuple[int, str, tuple[str, ...]], int]:
         with self._round_trip("list read"):

@@ -18,7 +18,7 @@ from stream_ndcg.errors import ConfigError, StoreUnavailable
 from stream_ndcg.redis_store import Client, RedisStore, connect
 from stream_ndcg.store import StateStore
 from tests.support.batches import apply_batch, parsed
-from tests.support.store_contract import BUCKET, DEDUP_HORIZON, HORIZON, MEASURE, StoreContract
+from tests.support.store_contract import BUCKET, DEDUP_HORIZON, HORIZON, MEASURE, T0, StoreContract
 
 pytestmark = pytest.mark.redis
 
@@ -176,4 +176,24 @@ def test_a_whole_read_in_many_round_trips_reads_what_one_round_trip_does(
     in_parts = [(r.partition, r.mark, r.whole, r.buckets) for r in store.read_aggregates({}, since_bucket=0)]
     assert in_parts == at_once
     assert round_trips.count("aggregate read") == 3
+    client.close()
+
+
+def test_a_query_state_without_judgments_expires_with_its_newest_bucket(redis_server: RedisServer) -> None:
+    client = connect(redis_server.url)
+    judgment_ttl = 30 * 86_400_000
+    store = RedisStore(client, namespace=f"ttl-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
+                       state_ttl_ms=judgment_ttl, wall_clock=False)
+    engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+    epoch = store.claim("t:0")
+    shown = b'{"type":"impression","impression_id":"%s","query_id":"%s","ts":%d,"results":["a","b"]}'
+    judged = b'{"type":"judgment","query_id":"judged","doc_id":"a","grade":1,"ts":%d}'
+    apply_batch(store, engine, "t:0", parsed([shown % (b"1", b"shown", T0), shown % (b"2", b"judged", T0),
+                                              judged % T0]), epoch=epoch, next_offset=3)
+    apply_batch(store, engine, "t:0", parsed([shown % (b"3", b"shown", T0 + 3 * BUCKET)]), epoch=epoch, next_offset=4)
+    # The event clock stands at T0 + 3 buckets: the newest bucket of "shown" leaves the horizon
+    # one horizon (and the rest of its bucket) later; "judged" keeps its judgment for the TTL.
+    newest_kept_for = (T0 // BUCKET + 4) * BUCKET + HORIZON - (T0 + 3 * BUCKET)
+    assert newest_kept_for - 5_000 < client.pttl(f"{{{store.namespace}:t:0}}:q:shown") <= newest_kept_for
+    assert client.pttl(f"{{{store.namespace}:t:0}}:q:judged") > judgment_ttl - 5_000
     client.close()
