@@ -24,7 +24,8 @@ Cluster hash tag, so that everything of one input partition P =
     {ns:P}:counts              HASH    event counts: impression, judgment, duplicate:*, rejected:*
     {ns:P}:q:<query_id>        HASH    the query's state (fields: `state_format`), TTL max(horizon,
                                        judgment TTL); without judgments, its newest bucket's TTL
-    {ns:P}:lists:<query_id>:<bucket>  HASH  the query's ranked lists (`state_format`), TTL horizon
+    {ns:P}:lists:<query_id>:<bucket>  HASH  the query's ranked lists, as positions in their groups
+                                       (`state_format`), TTL horizon
     {ns:P}:imp                 ZSET    impression ids applied, scored by their time bucket; pruned
                                        behind the dedup horizon (`windows.oldest_kept_bucket`)
     {ns:P}:agg:<bucket>        HASH    aggregate sums (`state_format`), TTL horizon
@@ -164,10 +165,11 @@ return 1
 
 # Records the configuration `adopt` decided on, unless another instance recorded one since it
 # read (it then reads and decides again): KEYS config, generation, format; ARGV the configuration
-# to record, the one read ('' for none), '1' to start a new generation, the format version.
+# to record, the one read ('' for none), '1' to start a new generation, the format version to
+# record, the versions this release reads (comma-separated).
 _ADOPT = """
 local format = redis.call('GET', KEYS[3])
-if format and format ~= ARGV[4] then return {-2, format} end
+if format and not string.find(',' .. ARGV[5] .. ',', ',' .. format .. ',', 1, true) then return {-2, format} end
 if (redis.call('GET', KEYS[1]) or '') ~= ARGV[2] then return {-1, ''} end
 redis.call('SET', KEYS[3], ARGV[4])
 redis.call('SET', KEYS[1], ARGV[1])
@@ -271,7 +273,8 @@ class RedisStore:
             wanted = held_text if record is None else orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()
             with self._round_trip("configuration record"):
                 generation, found = self.client.eval(_ADOPT, 3, *keys, wanted, held_text, "1" if rebuilt else "0",
-                                                     str(state_format.FORMAT_VERSION))
+                                                     str(state_format.FORMAT_VERSION),
+                                                     ",".join(state_format.READABLE_FORMATS))
             if generation == -2:
                 state_format.check_format(_text(found))
             if generation >= 0:
@@ -429,16 +432,21 @@ class RedisStore:
     def ranked_lists(self, partition: str, query_id: str) -> dict[tuple[int, str, tuple[str, ...]], int]:
         with self._round_trip("list read"):
             fields = self.client.hgetall(self._key(partition, "q", query_id))
-            buckets = sorted({b for b, _ in state_format.state_from_fields(fields).groups}) if fields else []
+            groups = state_format.state_from_fields(fields).groups if fields else {}
+            buckets = sorted({b for b, _ in groups})
             pipe = self.client.pipeline(transaction=False)
             for bucket in buckets:
                 pipe.hgetall(self._key(partition, "lists", query_id, bucket))
             replies = pipe.execute()
         held: dict[tuple[int, str, tuple[str, ...]], int] = {}
         for bucket, reply in zip(buckets, replies, strict=True):
+            documents = {segment: list(group.ranks) for (b, segment), group in groups.items() if b == bucket}
             for raw_field, count in reply.items():
-                segment, ranked = state_format.decode_list_field(raw_field)
-                held[(bucket, segment, ranked)] = int(count)
+                listed = state_format.decode_list_field(raw_field, documents)
+                if listed is not None:
+                    # A list written by format 1 and again by 2 is two fields.
+                    key = (bucket, *listed)
+                    held[key] = held.get(key, 0) + int(count)
         return held
 
     def read_rows(self, partition: str, cursor: str | None, since_bucket: int) -> RowRead:

@@ -12,8 +12,14 @@ A query state is one hash:
     g|<bucket>|<segment>   JSON group {"n": impressions, "c": {field: credited sum},
                            "r": {doc: {first rank: impressions}}, "l": [[list, impressions]]}
 
-Beside it, a query's ranked lists of one bucket are a hash of JSON
-``[segment, list]`` -> impressions, the aggregate sums of one bucket a hash
+Beside it, a query's ranked lists of one bucket are a hash of
+``<segment>\x1f<positions>`` -> impressions, where the positions are the list's
+documents as indices, comma-separated, into the keys of its group's ``"r"`` in
+their order (the order documents were first shown in the group, which never
+changes while the group lives). A list costs a few bytes a document instead of
+its ids, short enough for Redis to keep a small hash as a listpack. Format 1
+wrote JSON ``[segment, list]`` fields: they are still read, and a hash may hold
+both forms of one list (their impressions add up). The aggregate sums of one bucket a hash
 of ``<segment>|<field>`` -> sum (field names from `vocabulary`), and the
 drill-down rows of one bucket a hash of ``<segment>\x1f<query>`` -> the row's
 values, comma-separated in `drilldown.row_fields` order (a row holds the sums
@@ -22,8 +28,9 @@ written before them has none, and the drill-down sees its groups once they
 are re-credited).
 
 `FORMAT_VERSION` numbers this layout. A store records it with the state and
-refuses state recorded with another one (`check_format`); state recorded before
-the number existed is version 1, the layout above.
+refuses state recorded with a version it cannot read (`check_format`): this one
+reads 1 (JSON list fields; state recorded before the number existed is version
+1) and 2, and records 2, which releases that read only 1 refuse.
 """
 
 from __future__ import annotations
@@ -38,15 +45,18 @@ from stream_ndcg.engine import BatchOutcome, Group, QueryChange, QueryState, Rev
 from stream_ndcg.errors import ConfigError
 
 # Bump it with any change to the layout above, and teach the stores to read the old one or to refuse it.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# What this release reads; it records FORMAT_VERSION over any of them.
+READABLE_FORMATS = ("1", "2")
 
 
 def check_format(found: str | None) -> None:
-    """Refuse state recorded in another format than this release's; None (nothing recorded) is
+    """Refuse state recorded in a format this release cannot read; None (nothing recorded) is
     state written before the version was recorded, which is version 1."""
-    if found is not None and found != str(FORMAT_VERSION):
-        raise ConfigError(f"the stored state is in format version {found!r}, and this release reads version "
-                          f"{FORMAT_VERSION} only: run a release that reads it, or use another namespace")
+    if found is not None and found not in READABLE_FORMATS:
+        raise ConfigError(f"the stored state is in format version {found!r}, and this release reads versions "
+                          f"{' and '.join(READABLE_FORMATS)} only: run a release that reads it, or use another "
+                          "namespace")
 
 
 def revisions_field(doc: str) -> str:
@@ -115,21 +125,38 @@ def changed_fields(state: QueryState, change: QueryChange) -> tuple[list[str], l
     return written, removed, appended
 
 
-def list_field(segment: str, ranked: Iterable[str]) -> str:
-    return orjson.dumps([segment, list(ranked)]).decode()
+def list_field(segment: str, ranked: Iterable[str], positions: Mapping[str, int]) -> str:
+    """A list's field: `positions` maps each document of its group to its index in the group's ranks."""
+    # A segment key is JSON, which escapes every control character: the first \x1f ends it.
+    return segment + "\x1f" + ",".join([str(positions[doc]) for doc in ranked])
 
 
 def list_increments(outcome: BatchOutcome) -> dict[tuple[str, int], list[tuple[str, int]]]:
     """The batch's new impressions of ranked lists: (query, bucket) -> [(field, impressions)]."""
     increments: dict[tuple[str, int], list[tuple[str, int]]] = {}
+    positions_of: dict[tuple[str, int, str], dict[str, int]] = {}
     for (query_id, bucket, segment, ranked), count in outcome.lists.items():
-        increments.setdefault((query_id, bucket), []).append((list_field(segment, ranked), count))
+        positions = positions_of.get((query_id, bucket, segment))
+        if positions is None:
+            ranks = outcome.touched[query_id].groups[(bucket, segment)].ranks
+            positions = positions_of[(query_id, bucket, segment)] = {doc: i for i, doc in enumerate(ranks)}
+        increments.setdefault((query_id, bucket), []).append((list_field(segment, ranked, positions), count))
     return increments
 
 
-def decode_list_field(raw: bytes | str) -> tuple[str, tuple[str, ...]]:
-    segment, ranked = orjson.loads(raw)
-    return segment, tuple(ranked)
+def decode_list_field(raw: bytes | str, documents: Mapping[str, list[str]]) -> tuple[str, tuple[str, ...]] | None:
+    """(segment, list) of a field of one bucket's lists; `documents` maps each segment of the
+    bucket to its group's documents in order. None for a list whose group is gone (behind the
+    horizon: its bucket's hash expires with it)."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    if text.startswith("["):
+        segment, ranked = orjson.loads(text)
+        return segment, tuple(ranked)
+    segment, _, positions = text.partition("\x1f")
+    docs = documents.get(segment)
+    if docs is None:
+        return None
+    return segment, tuple(docs[int(p)] for p in positions.split(",")) if positions else ()
 
 
 def aggregate_field(segment: str, name: str) -> str:

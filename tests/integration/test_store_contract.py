@@ -112,19 +112,27 @@ def test_a_single_server_client_pointed_at_a_cluster_says_how_to_fix_it(redis_cl
                 store.claim(f"t:{partition}")
 
 
-def test_state_in_another_format_is_refused_and_state_without_one_is_todays(redis_server: RedisServer) -> None:
+def test_state_in_a_later_format_is_refused_and_earlier_state_is_recorded_as_todays(
+        redis_server: RedisServer) -> None:
     namespace = f"f-{uuid.uuid4().hex[:8]}"
     client, raw = connect(redis_server.url), redis.Redis.from_url(redis_server.url)
     store = RedisStore(client, namespace=namespace, bucket_ms=BUCKET, horizon_ms=HORIZON, state_ttl_ms=HORIZON)
     config, key = {"k": [3, 10]}, f"{{{namespace}}}:format"
     assert store.adopt(config) is False
-    assert raw.get(key) == b"1"
-    raw.delete(key)  # as the release before the version was recorded left it
-    assert store.adopt(config) is False
-    assert raw.get(key) == b"1"
-    raw.set(key, "2")
-    with pytest.raises(ConfigError, match="format version '2'"):
+    assert raw.get(key) == b"2"
+    # As the release before the version was recorded left it, and as release 0.1.0 recorded it:
+    # read, and recorded as today's.
+    for earlier in (None, "1"):
+        if earlier is None:
+            raw.delete(key)
+        else:
+            raw.set(key, earlier)
+        assert store.adopt(config) is False
+        assert raw.get(key) == b"2"
+    raw.set(key, "3")
+    with pytest.raises(ConfigError, match="format version '3'"):
         store.adopt(config, rebuild=True)
+    assert raw.get(key) == b"3"
     client.close()
     raw.close()
 
@@ -196,4 +204,22 @@ def test_a_query_state_without_judgments_expires_with_its_newest_bucket(redis_se
     newest_kept_for = (T0 // BUCKET + 4) * BUCKET + HORIZON - (T0 + 3 * BUCKET)
     assert newest_kept_for - 5_000 < client.pttl(f"{{{store.namespace}:t:0}}:q:shown") <= newest_kept_for
     assert client.pttl(f"{{{store.namespace}:t:0}}:q:judged") > judgment_ttl - 5_000
+    client.close()
+
+
+def test_lists_written_by_format_1_and_again_by_format_2_add_up(redis_server: RedisServer) -> None:
+    client = connect(redis_server.url)
+    store = RedisStore(client, namespace=f"lists-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
+                       state_ttl_ms=HORIZON, wall_clock=False)
+    engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+    epoch = store.claim("t:0")
+    shown = b'{"type":"impression","impression_id":"%d","query_id":"q","ts":%d,"results":["b","a"]}'
+    apply_batch(store, engine, "t:0", parsed([shown % (1, T0)]), epoch=epoch, next_offset=1)
+    # What a release writing format 1 adds to the same hash, for the same list and another one.
+    lists = f"{{{store.namespace}:t:0}}:lists:q:{T0 // BUCKET}"
+    client.hincrby(lists, '["{}",["b","a"]]', 2)
+    client.hincrby(lists, '["{}",["a"]]', 1)
+    assert store.ranked_lists("t:0", "q") == {(T0 // BUCKET, "{}", ("b", "a")): 3, (T0 // BUCKET, "{}", ("a",)): 1}
+    # Format 2 keeps a list in a few bytes: its documents' positions in the group.
+    assert sorted(client.hkeys(lists)) == sorted([b'["{}",["b","a"]]', b'["{}",["a"]]', b"{}\x1f0,1"])
     client.close()

@@ -201,10 +201,15 @@ class StoreContract:
                  for i in range(3)]
         other = b'{"type":"impression","impression_id":"x","query_id":"q","ts":%d,"results":["b"],' \
                 b'"segment":{"variant":"B"}}' % (T0 + BUCKET)
+        # Documents first shown by a later batch, lists that repeat a document, and an empty list.
+        later = [b'{"type":"impression","impression_id":"l%d","query_id":"q","ts":%d,"results":%s}' % (i, T0 + 9, r)
+                 for i, r in enumerate([b'["c","a"]', b'["d","b","d"]', b"[]", b'["c","a"]'])]
         apply_batch(store, engine, "t:0", parsed(shown[:2]), epoch=epoch, next_offset=2)
-        apply_batch(store, engine, "t:0", parsed([shown[2], other]), epoch=epoch, next_offset=4)
+        apply_batch(store, engine, "t:0", parsed([shown[2], other, *later[:2]]), epoch=epoch, next_offset=6)
+        apply_batch(store, engine, "t:0", parsed(later[2:]), epoch=epoch, next_offset=8)
         bucket = T0 // BUCKET
-        assert store.ranked_lists("t:0", "q") == {(bucket, "{}", ("a", "b")): 3,
+        assert store.ranked_lists("t:0", "q") == {(bucket, "{}", ("a", "b")): 3, (bucket, "{}", ("c", "a")): 2,
+                                                  (bucket, "{}", ("d", "b", "d")): 1, (bucket, "{}", ()): 1,
                                                   (bucket + 1, '{"variant":"B"}', ("b",)): 1}
         assert store.ranked_lists("t:0", "unknown") == {}
 

@@ -60,21 +60,28 @@ def test_a_state_round_trips_with_its_ranks_as_integers() -> None:
 
 
 def test_list_and_aggregate_fields_decode_to_what_was_encoded() -> None:
-    assert state_format.decode_list_field(state_format.list_field('{"v":"a|b"}', ("x", "y"))) == (
-        '{"v":"a|b"}', ("x", "y"))
-    field = state_format.aggregate_field('{"v":"a|b"}', "ndcg@10").encode()
-    assert state_format.decode_aggregate_field(field) == ('{"v":"a|b"}', "ndcg@10")
+    positions = {"y": 0, "x": 1, "z": 2}
+    field = state_format.list_field('{"v":"a|b"}', ("x", "y", "x"), positions)
+    assert len(field) == len('{"v":"a|b"}') + len("\x1f1,0,1")
+    documents = {'{"v":"a|b"}': ["y", "x", "z"]}
+    assert state_format.decode_list_field(field.encode(), documents) == ('{"v":"a|b"}', ("x", "y", "x"))
+    assert state_format.decode_list_field(state_format.list_field("", (), {}), {"": []}) == ("", ())
+    # A list of a group that is gone; and a list written by format 1.
+    assert state_format.decode_list_field(field, {}) is None
+    assert state_format.decode_list_field(b'["{}", ["a", "b"]]', {}) == ("{}", ("a", "b"))
+    aggregate = state_format.aggregate_field('{"v":"a|b"}', "ndcg@10").encode()
+    assert state_format.decode_aggregate_field(aggregate) == ('{"v":"a|b"}', "ndcg@10")
     assert float(state_format.encode_sum(0.1 + 0.2)) == 0.1 + 0.2
 
 
-@pytest.mark.parametrize("found", [None, str(state_format.FORMAT_VERSION)])
-def test_todays_format_and_state_without_a_version_are_read(found: str | None) -> None:
+@pytest.mark.parametrize("found", [None, "1", str(state_format.FORMAT_VERSION)])
+def test_todays_format_the_previous_one_and_state_without_a_version_are_read(found: str | None) -> None:
     state_format.check_format(found)
 
 
-@pytest.mark.parametrize("found", ["2", "0", "v1", ""])
+@pytest.mark.parametrize("found", ["3", "0", "v1", "", "1,2"])
 def test_another_format_is_refused_saying_what_was_found(found: str) -> None:
-    with pytest.raises(ConfigError, match=f"format version {found!r}, and this release reads version 1"):
+    with pytest.raises(ConfigError, match=f"format version {found!r}, and this release reads versions 1 and 2 only"):
         state_format.check_format(found)
 
 
@@ -83,12 +90,12 @@ def test_the_memory_store_records_the_format_and_refuses_another_rebuild_or_not(
     assert store.format_version is None
     assert store.adopt({"k": [10]}) is False
     assert store.format_version == str(state_format.FORMAT_VERSION)
-    # As if another release had written the state.
-    store.format_version = "2"
+    # As if a later release had written the state.
+    store.format_version = "3"
     for rebuild in (False, True):
-        with pytest.raises(ConfigError, match="format version '2'"):
+        with pytest.raises(ConfigError, match="format version '3'"):
             store.adopt({"k": [10]}, rebuild=rebuild)
-    assert store.format_version == "2"
+    assert store.format_version == "3"
 
 
 def test_a_query_state_without_fields_is_empty() -> None:
