@@ -81,9 +81,9 @@ class Writer:
     def __init__(self, url: str, namespace: str, settings: Settings) -> None:
         self.store = RedisStore(redis.Redis.from_url(url), namespace=namespace, bucket_ms=settings.bucket,
                                 horizon_ms=settings.horizon, state_ttl_ms=settings.judgment_ttl,
-                                dedup_horizon_ms=settings.dedup_ms, wall_clock=False)
+                                dedup_horizon_ms=settings.dedup_horizon, wall_clock=False)
         engine = Engine(settings.measure, settings.bucket, horizon_ms=settings.horizon,
-                        judgment_max_age_ms=settings.judgment_ttl, dedup_horizon_ms=settings.dedup_ms,
+                        judgment_max_age_ms=settings.judgment_ttl, dedup_horizon_ms=settings.dedup_horizon,
                         drilldown=settings.drilldown)
         self.pipeline = BatchPipeline(self.store, engine, RecordChecks(), event_clock=True)
         self.epochs = {p: self.store.claim(f"events:{p}") for p in range(PARTITIONS)}

@@ -36,7 +36,8 @@ def held_bytes(url: str, namespace: str, messages: list[bytes], settings: Settin
         writer.write(messages[start:start + BATCH])
     kinds = memory_by_kind(redis.Redis.from_url(url), namespace)
     impressions = sum(1 for m in messages if b'"impression"' in m)
-    label = format_duration(settings.dedup_ms) + (" (the horizon)" if settings.dedup_ms == settings.horizon else "")
+    label = format_duration(settings.dedup_horizon)
+    label += " (the horizon)" if settings.dedup_horizon == settings.horizon else ""
     return {"dedup_horizon": label, "impressions": impressions,
             "imp_bytes_per_impression": round(kinds.get("imp", 0) / impressions, 1),
             "total_bytes_per_impression": round(sum(kinds.values()) / impressions, 1)}

@@ -137,10 +137,10 @@ class History:
         self.writer = writer or OpenMetricsWriter()
         # Built as service.build builds the service, over the in-memory store.
         self.store = MemoryStore(bucket_ms=settings.bucket, horizon_ms=settings.horizon,
-                                 dedup_horizon_ms=settings.dedup_ms)
+                                 dedup_horizon_ms=settings.dedup_horizon)
         # Without drill-down rows: a history holds the window gauges only.
         self.engine = Engine(settings.measure, settings.bucket, horizon_ms=settings.horizon,
-                             judgment_max_age_ms=settings.judgment_ttl, dedup_horizon_ms=settings.dedup_ms,
+                             judgment_max_age_ms=settings.judgment_ttl, dedup_horizon_ms=settings.dedup_horizon,
                              drilldown=False)
         checks = RecordChecks(Limits(max_results=settings.max_results, max_message_bytes=settings.max_message_bytes),
                               require_key=False, max_future_ms=settings.max_future)

@@ -69,10 +69,10 @@ def _replay_stream(replay: Replay, name: str, stream: BinaryIO, progress: _Progr
 def cmd_replay(args: argparse.Namespace) -> int:
     measure = Measure(cutoffs=args.k, gain=args.gain, ideal=args.ideal)
     history = history_of(args)
-    # The service's dedup horizon, in its buckets, capped at its horizon as the service caps it.
+    # The service's dedup horizon, counted in its buckets.
     dedup = settings_of(bucket=args.bucket, windows=args.windows, dedup_horizon=args.dedup_horizon)
     replay = Replay(measure, Limits(max_results=args.max_results), tap=history.add if history else None,
-                    dedup_horizon_ms=dedup.dedup_ms, bucket_ms=dedup.bucket)
+                    dedup_horizon_ms=dedup.dedup_horizon, bucket_ms=dedup.bucket)
     per_query = settings_of(bucket=args.bucket, windows=args.windows) if args.per_query else None
     for flag, path in (("--per-impression", args.per_impression), ("--per-query", args.per_query)):
         # Found out before the work, not after minutes of it.
@@ -328,8 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "event), query and segment")
     replay.add_argument("--dedup-horizon", metavar="DURATION",
                         help="the service's dedup_horizon setting: an impression id seen again once the newest event "
-                             f"time is this far past it is a new impression (default "
-                             f"{format_duration(Settings().dedup_horizon)})")
+                             "time is this far past the (bucket of the) newest event time when the id was accepted is "
+                             f"a new impression (default {format_duration(Settings().dedup_horizon)})")
     add_history_flags(replay)
     replay.set_defaults(handler=cmd_replay)
 

@@ -148,9 +148,9 @@ class Settings:
         30 * 86_400_000, "how long a query's judgments outlive its last event; older judgments are too_old",
         values.duration(1), metavar=_DURATION)
     dedup_horizon: int = setting(
-        3_600_000, "how long an impression id is remembered, behind the clock, to drop a producer's resend of the "
-        "same impression (capped at the horizon); an id seen again later is a new impression", values.duration(1000),
-        metavar=_DURATION)
+        3_600_000, "how long an impression id is remembered after it was accepted (by the clock), so that a "
+        "producer's resend of the same impression is dropped; an id seen again later is a new impression",
+        values.duration(1000), metavar=_DURATION)
     clock: str = setting("wall", "what decides a window's edges: the wall clock or the newest event time",
                          values.choice("wall", "event"), metavar="CLOCK", choices=("wall", "event"))
     segment_labels: tuple[str, ...] = setting(
@@ -234,11 +234,6 @@ class Settings:
     def horizon(self) -> int:
         """How far back state is kept: the longest window plus the grace."""
         return max(self.windows) + self.grace
-
-    @property
-    def dedup_ms(self) -> int:
-        """How long impression ids are remembered: nothing of a bucket outlives the horizon."""
-        return min(self.dedup_horizon, self.horizon)
 
     @classmethod
     def specs(cls) -> dict[str, Spec]:

@@ -171,6 +171,7 @@ class BatchOutcome:
     changes: dict[str, QueryChange] = field(default_factory=dict)
     aggregates: dict[AggregateKey, float] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
+    # impression id -> the bucket the store remembers it from (`Engine._impression`).
     impression_buckets: dict[str, int] = field(default_factory=dict)
     # (query, bucket, segment, list) -> impressions that showed it in this batch.
     lists: dict[tuple[str, int, str, tuple[str, ...]], int] = field(default_factory=dict)
@@ -280,8 +281,12 @@ class Engine:
             outcome.counts[rejected(TOO_OLD)] += 1
             return
         bucket = self.bucket_of(event.ts)
-        known[event.impression_id] = bucket
-        outcome.impression_buckets[event.impression_id] = bucket
+        # An id is remembered from the clock's bucket when it is accepted, or from its own if that
+        # is later: an impression that arrives late (a backlog, a rebuild) is still remembered for
+        # the dedup horizon, not forgotten at once for being old.
+        remembered_from = bucket if now_ms is None else max(bucket, self.bucket_of(now_ms))
+        known[event.impression_id] = remembered_from
+        outcome.impression_buckets[event.impression_id] = remembered_from
         outcome.counts[IMPRESSION] += 1
         key = (bucket, self.segment_key(event.segment))
         group = state.groups.get(key)
@@ -295,7 +300,7 @@ class Engine:
         todo.groups.add(key)
 
     def _remembered(self, bucket: int, now_ms: int | None) -> bool:
-        """Whether an impression id accepted in `bucket` still makes a resend a duplicate: the
+        """Whether an impression id remembered from `bucket` still makes a resend a duplicate: the
         dedup horizon rule, checked here and not only by the stores' pruning, so that a batch's
         boundaries never decide it."""
         if now_ms is None or self.dedup_horizon_ms is None:

@@ -23,7 +23,8 @@ Cluster hash tag, so that everything of one input partition P =
                                        aggepoch (counts the times aggchg missed commits: see below)
     {ns:P}:counts              HASH    event counts: impression, judgment, duplicate:*, rejected:*
     {ns:P}:q:<query_id>        HASH    the query's state (fields: `state_format`), TTL max(horizon,
-                                       judgment TTL); without judgments, its newest bucket's TTL
+                                       judgment TTL); without judgments, under the wall clock, its
+                                       newest bucket's TTL
     {ns:P}:lists:<query_id>:<bucket>  HASH  the query's ranked lists, as positions in their groups
                                        (`state_format`), TTL horizon
     {ns:P}:imp                 ZSET    impression ids applied, scored by their time bucket; pruned
@@ -402,9 +403,11 @@ class RedisStore:
             # Judgments outlive the query's last event by the judgment TTL. A state without any
             # holds only groups, which all fall behind the horizon with its newest bucket: the
             # engine would drop them at the query's next event, and Redis drops them unasked (a
-            # query shown once would otherwise hold its groups for the judgment TTL).
-            state_ttl = state_ttls[query_id] = (self.state_ttl_ms if state.revisions
-                                                else max(map(ttl, (b for b, _ in state.groups)), default=1))
+            # query shown once would otherwise hold its groups for the judgment TTL). Only under
+            # the wall clock, which Redis's TTLs count in: an event clock may run slower.
+            grouped_only = self.wall_clock and not state.revisions
+            state_ttl = state_ttls[query_id] = (max(map(ttl, (b for b, _ in state.groups)), default=1)
+                                                if grouped_only else self.state_ttl_ms)
             states.append([index(self._key(partition, "q", query_id)), state_ttl, written, removed, appended])
 
         lists = [[index(self._key(partition, "lists", q, b)), ttl(b), fields]
@@ -422,8 +425,9 @@ class RedisStore:
             "states": states, "lists": lists, "impressions": impressions, "aggs": aggs, "rows": rows,
             "row_log_ms": ROW_LOG_MS,
             "counts": [[name, n] for name, n in outcome.counts.items()],
-            "imp_ttl": max((bucket_ttl_ms(b, now, self.dedup_horizon_ms, self.bucket_ms)
-                            for b in outcome.impression_buckets.values()), default=0),
+            # The horizon's TTL, not the dedup horizon's: `forget` prunes by the clock, and under
+            # the event clock a pause in traffic must not expire ids the clock still remembers.
+            "imp_ttl": max(map(ttl, outcome.impression_buckets.values()), default=0),
             "offset": str(commit.next_offset), "clock": str(clock) if clock is not None else None, "prune": prune,
             "forget": forget,
         }
@@ -439,10 +443,12 @@ class RedisStore:
                 pipe.hgetall(self._key(partition, "lists", query_id, bucket))
             replies = pipe.execute()
         held: dict[tuple[int, str, tuple[str, ...]], int] = {}
+        documents: dict[int, dict[str, list[str]]] = {}
+        for (bucket, segment), group in groups.items():
+            documents.setdefault(bucket, {})[segment] = list(group.ranks)
         for bucket, reply in zip(buckets, replies, strict=True):
-            documents = {segment: list(group.ranks) for (b, segment), group in groups.items() if b == bucket}
             for raw_field, count in reply.items():
-                listed = state_format.decode_list_field(raw_field, documents)
+                listed = state_format.decode_list_field(raw_field, documents[bucket])
                 if listed is not None:
                     # A list written by format 1 and again by 2 is two fields.
                     key = (bucket, *listed)

@@ -3,10 +3,11 @@
 It keeps every distinct impression and every judgment revision, then scores
 each impression from scratch with `metric.score_list` against the final
 judgments of its query. No window and no expiry: every event of the input
-counts, whenever it arrived. The one clock is the dedup horizon's: with
-`dedup_horizon_ms`, an impression id seen again once the newest event time has
-moved that far past the first one's bucket is a new impression, as in the
-service with the event clock (whose clock is its partition's).
+counts, whenever it arrived. The one clock is the dedup horizon's, the newest
+event time so far: with `dedup_horizon_ms`, an impression id seen again once
+that clock has moved that far past its bucket when the id was accepted is a new
+impression, as in the service with the event clock (whose clock is its
+partition's).
 
     replay = Replay(Measure(cutoffs=(5, 10)))
     for line in open("events.jsonl", "rb"):
@@ -49,7 +50,7 @@ class Replay:
         # Given every message, in order, before it is parsed: `backfill.History.add` replays them too.
         self.tap = tap
         self._impressions: list[Impression] = []
-        # impression id -> the time bucket of the last impression accepted with it.
+        # impression id -> the bucket of the clock when an impression with it was last accepted.
         self._impression_buckets: dict[str, int] = {}
         self._winners: dict[str, dict[str, Judgment]] = {}
         self._revisions: set[Judgment] = set()
@@ -77,7 +78,8 @@ class Replay:
                     clock, self.dedup_horizon_ms, self.bucket_ms)):
                 self.duplicates[IMPRESSION] += 1
             else:
-                self._impression_buckets[event.impression_id] = event.ts // self.bucket_ms
+                # Remembered from the clock's bucket, as the service remembers it.
+                self._impression_buckets[event.impression_id] = clock // self.bucket_ms
                 self._impressions.append(event)
             return None
         if event in self._revisions:

@@ -50,7 +50,7 @@ def redis_store(settings: Settings, observe_round_trip: Callable[[float], None] 
         bucket_ms=settings.bucket,
         horizon_ms=settings.horizon,
         state_ttl_ms=settings.judgment_ttl,
-        dedup_horizon_ms=settings.dedup_ms,
+        dedup_horizon_ms=settings.dedup_horizon,
         wall_clock=settings.clock == "wall",
         cache_groups=settings.state_cache_groups,
         observe_round_trip=observe_round_trip,
@@ -66,7 +66,7 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
                         revision=os.environ.get("STREAM_NDCG_REVISION", "unknown"))
     holder.append(exporter)
     engine = Engine(settings.measure, settings.bucket, horizon_ms=settings.horizon,
-                    judgment_max_age_ms=settings.judgment_ttl, dedup_horizon_ms=settings.dedup_ms,
+                    judgment_max_age_ms=settings.judgment_ttl, dedup_horizon_ms=settings.dedup_horizon,
                     drilldown=settings.drilldown)
     kafka_options = settings.kafka_client_options()
     consumer_options = dict(

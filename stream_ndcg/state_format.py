@@ -147,16 +147,18 @@ def list_increments(outcome: BatchOutcome) -> dict[tuple[str, int], list[tuple[s
 def decode_list_field(raw: bytes | str, documents: Mapping[str, list[str]]) -> tuple[str, tuple[str, ...]] | None:
     """(segment, list) of a field of one bucket's lists; `documents` maps each segment of the
     bucket to its group's documents in order. None for a list whose group is gone (behind the
-    horizon: its bucket's hash expires with it)."""
+    horizon: its bucket's hash expires with it) or was started again while the hash lived on (it
+    names positions the group has not got)."""
     text = raw.decode() if isinstance(raw, bytes) else raw
     if text.startswith("["):
         segment, ranked = orjson.loads(text)
         return segment, tuple(ranked)
     segment, _, positions = text.partition("\x1f")
     docs = documents.get(segment)
-    if docs is None:
+    indices = [int(p) for p in positions.split(",")] if positions else []
+    if docs is None or any(i >= len(docs) for i in indices):
         return None
-    return segment, tuple(docs[int(p)] for p in positions.split(",")) if positions else ()
+    return segment, tuple(docs[i] for i in indices)
 
 
 def aggregate_field(segment: str, name: str) -> str:

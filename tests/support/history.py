@@ -42,9 +42,10 @@ def service_gauges(messages: Sequence[tuple[bytes, bytes]], settings: Settings,
     """The window gauges a service with these settings (the event clock) reports once it has
     consumed the keyed messages from one partition in batches of `batch`: wired as
     `service.build` wires it, over the in-memory store."""
-    store = MemoryStore(bucket_ms=settings.bucket, horizon_ms=settings.horizon)
+    store = MemoryStore(bucket_ms=settings.bucket, horizon_ms=settings.horizon,
+                        dedup_horizon_ms=settings.dedup_horizon)
     engine = Engine(settings.measure, settings.bucket, horizon_ms=settings.horizon,
-                    judgment_max_age_ms=settings.judgment_ttl)
+                    judgment_max_age_ms=settings.judgment_ttl, dedup_horizon_ms=settings.dedup_horizon)
     checks = RecordChecks(Limits(max_results=settings.max_results, max_message_bytes=settings.max_message_bytes),
                           require_key=settings.require_key, max_future_ms=settings.max_future)
     pipeline = BatchPipeline(store, engine, checks, event_clock=True,

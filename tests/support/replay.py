@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from stream_ndcg.config import Settings
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.metric import Measure
 from stream_ndcg.replay import Replay
@@ -27,8 +28,8 @@ def simulated(events: int, seed: int, malformed: float = 0.01) -> list[tuple[byt
 
 
 def replay_of(messages: list[tuple[bytes, bytes]], cutoffs: tuple[int, ...] = CUTOFFS) -> dict[str, Any]:
-    """The batch replay's summary of the messages' values."""
-    replay = Replay(Measure(cutoffs=cutoffs))
+    """The batch replay's summary of the messages' values, with the service's default dedup horizon."""
+    replay = Replay(Measure(cutoffs=cutoffs), dedup_horizon_ms=Settings().dedup_horizon)
     for _, value in messages:
         replay.add(value)
     return replay.summary()

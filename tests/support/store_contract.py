@@ -193,6 +193,13 @@ class StoreContract:
         assert store.counts()["impression"] == 3
         assert store.counts()["duplicate:impression"] == 1
         assert store.load("t:0", [], {"i": 0}).known_impressions == {"i": later // BUCKET}
+        # An impression arriving late (its time far behind the clock, inside the horizon) is
+        # remembered from when it arrived, so its resend in the next batch is a duplicate.
+        late = later - DEDUP_HORIZON - 5 * BUCKET
+        apply_batch(store, engine, "t:0", parsed([shown % (b"late", late)]), epoch=epoch, next_offset=5)
+        apply_batch(store, engine, "t:0", parsed([shown % (b"late", late)]), epoch=epoch, next_offset=6)
+        assert store.counts()["impression"] == 4
+        assert store.counts()["duplicate:impression"] == 2
 
     def test_ranked_lists_are_kept_deduplicated_with_counts(self, store: StateStore) -> None:
         engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
