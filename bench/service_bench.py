@@ -3,7 +3,8 @@
     python -m bench.service_bench [--events 500000] [--quick]
 
 1. throughput: `stream-ndcg run` catching up a topic from offset 0 to zero lag, next to a bare
-   kafka-python consumer reading and JSON-decoding the same topic with the same settings;
+   kafka-python consumer reading and JSON-decoding the same topic with the same settings; with
+   and without the drill-down (alternated, best of two each); two instances of one group;
 2. latency: judgment-to-metric p50/p99 (produce time to the change visible in /metrics) under a
    paced load of half the measured throughput;
 3. flatness: time per judgment for a query with 10 impressions vs one with 100,000;
@@ -301,9 +302,15 @@ def main() -> int:
         messages = workload(args.events, seed=1)
         produce(kafka.bootstrap, topic, messages)
         bare = bare_consumer_rate(kafka.bootstrap, topic, len(messages))
-        service, _ = service_rate(kafka.bootstrap, server.url, topic, len(messages), "throughput")
-        without, _ = service_rate(kafka.bootstrap, server.url, topic, len(messages), "no-drilldown",
-                                  drilldown="false")
+        # With and without the drill-down alternated, best of two each: one run apiece swung by
+        # 5-10% on this shared machine, as much as the difference measured.
+        with_rows: list[float] = []
+        without_rows: list[float] = []
+        for round_ in range(2):
+            with_rows.append(service_rate(kafka.bootstrap, server.url, topic, len(messages), f"throughput{round_}")[0])
+            without_rows.append(service_rate(kafka.bootstrap, server.url, topic, len(messages),
+                                             f"no-drilldown{round_}", drilldown="false")[0])
+        service, without = max(with_rows), max(without_rows)
         pair, _ = service_rate(kafka.bootstrap, server.url, topic, len(messages), "two", instances=2)
         result["throughput"] = {"events": len(messages), "service_events_per_s": round(service),
                                 "bare_kafka_python_events_per_s": round(bare), "ratio": round(service / bare, 3),
@@ -367,7 +374,7 @@ def section(result: dict[str, Any], flags: str) -> str:
         "|---|---:|---:|---:|---|",
         f"| throughput, {tp['events']} events from offset 0 | {tp['service_events_per_s']} events/s | "
         f"{tp['bare_kafka_python_events_per_s']} events/s (bare kafka-python + json.loads) | {tp['ratio']} | >= 0.5 |",
-        f"| throughput with the drill-down's upkeep | {tp['service_events_per_s']} events/s | "
+        f"| throughput with the drill-down's upkeep (best of 2, alternated) | {tp['service_events_per_s']} events/s | "
         f"{tp['without_drilldown_events_per_s']} events/s (drilldown=false) | {tp['drilldown_ratio']} | >= 0.9 |",
         f"| two instances of one group | {tp['two_instances_events_per_s']} events/s | "
         f"{tp['service_events_per_s']} events/s (one) | {tp['scale_ratio']} | >= 1.7 |",
