@@ -27,8 +27,8 @@ Cluster hash tag, so that everything of one input partition P =
                                        newest bucket's TTL
     {ns:P}:lists:<query_id>:<bucket>  HASH  the query's ranked lists, as positions in their groups
                                        (`state_format`), TTL horizon
-    {ns:P}:imp                 ZSET    impression ids applied, scored by their time bucket; pruned
-                                       behind the dedup horizon (`windows.oldest_kept_bucket`)
+    {ns:P}:imp                 ZSET    impression ids applied, scored by the bucket each is remembered
+                                       from (`Engine._impression`); pruned behind the dedup horizon
     {ns:P}:agg:<bucket>        HASH    aggregate sums (`state_format`), TTL horizon
     {ns:P}:aggidx              ZSET    the buckets that have an agg hash
     {ns:P}:aggchg              ZSET    the same buckets, scored by the next offset of the commit
