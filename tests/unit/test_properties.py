@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -139,6 +140,17 @@ def test_with_a_dedup_horizon_the_engine_equals_the_replay_after_every_batch(
     assert_engine_equals_replay(messages, measure, batch_sizes, dedup_horizon_ms=dedup_horizon_ms)
 
 
+def in_batches(messages: list[bytes], sizes: list[int]) -> Iterator[tuple[list[bytes], int]]:
+    """The messages cut into batches of these sizes, each with the offset after it."""
+    position = 0
+    for size in sizes:
+        batch = messages[position: position + size]
+        if not batch:
+            return
+        position += len(batch)
+        yield batch, position
+
+
 def assert_engine_equals_replay(messages: list[bytes], measure: Measure, batch_sizes: list[int],
                                 dedup_horizon_ms: int | None) -> None:
     engine = Engine(measure, dedup_horizon_ms=dedup_horizon_ms)
@@ -146,11 +158,7 @@ def assert_engine_equals_replay(messages: list[bytes], measure: Measure, batch_s
     epoch = store.claim("t:0")
     replay = Replay(measure, dedup_horizon_ms=dedup_horizon_ms)
     position = 0
-    for size in batch_sizes:
-        batch = messages[position: position + size]
-        if not batch:
-            break
-        position += len(batch)
+    for batch, position in in_batches(messages, batch_sizes):
         apply_batch(store, engine, "t:0", parsed(batch), epoch=epoch, next_offset=position,
                     event_clock=dedup_horizon_ms is not None)
         for message in batch:
@@ -204,12 +212,7 @@ def test_states_kept_from_batch_to_batch_write_the_rows_of_states_read_back(
     engine = Engine(measure)
     kept: dict[str, QueryState] = {}
     known: dict[str, int] = {}
-    position = 0
-    for size in batch_sizes:
-        batch = messages[position: position + size]
-        if not batch:
-            break
-        position += len(batch)
+    for batch, _ in in_batches(messages, batch_sizes):
         outcome = engine.apply(parsed(batch), kept, known)
         kept.update(outcome.touched)
         for (query_id, bucket, segment), row in outcome.rows.items():
