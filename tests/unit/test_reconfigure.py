@@ -17,6 +17,7 @@ from stream_ndcg.pipeline import BatchPipeline
 from stream_ndcg.reconfigure import classify, configured, report
 from stream_ndcg.replay import Replay
 from stream_ndcg.segments import SegmentProjector
+from stream_ndcg.state_format import FORMAT_VERSION
 from stream_ndcg.store import MemoryStore
 from stream_ndcg.vocabulary import segment_values
 from stream_ndcg.windows import window_means
@@ -121,7 +122,7 @@ def test_the_memory_store_applies_a_compatible_change_in_place_and_refuses_the_r
     before = store.aggregates()
     changed = recorded(k="10", windows="1h,30m")
     assert store.adopt(changed) is False
-    assert store.recorded_config() == (dict(changed, history=4_200_000), "1")
+    assert store.recorded_config() == (dict(changed, history=4_200_000), str(FORMAT_VERSION))
     assert store.aggregates() == before and store.next_offset("t:0") == 200
     with pytest.raises(ConfigError, match="k: 5 is new"):
         store.adopt(STORED)
