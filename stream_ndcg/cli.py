@@ -69,11 +69,12 @@ def _replay_stream(replay: Replay, name: str, stream: BinaryIO, progress: _Progr
 def cmd_replay(args: argparse.Namespace) -> int:
     measure = Measure(cutoffs=args.k, gain=args.gain, ideal=args.ideal)
     history = history_of(args)
-    # The service's dedup horizon, counted in its buckets.
-    dedup = settings_of(bucket=args.bucket, windows=args.windows, dedup_horizon=args.dedup_horizon)
+    # The service's settings the replay reads: its dedup horizon counted in its buckets, and
+    # the windows of --per-query.
+    settings = settings_of(bucket=args.bucket, windows=args.windows, dedup_horizon=args.dedup_horizon)
     replay = Replay(measure, Limits(max_results=args.max_results), tap=history.add if history else None,
-                    dedup_horizon_ms=dedup.dedup_horizon, bucket_ms=dedup.bucket)
-    per_query = settings_of(bucket=args.bucket, windows=args.windows) if args.per_query else None
+                    dedup_horizon_ms=settings.dedup_horizon, bucket_ms=settings.bucket)
+    per_query = settings if args.per_query else None
     for flag, path in (("--per-impression", args.per_impression), ("--per-query", args.per_query)):
         # Found out before the work, not after minutes of it.
         directory = os.path.dirname(os.path.abspath(path)) if path else ""

@@ -38,7 +38,7 @@ class Snapshot:
     """What a batch needs of one partition before the engine runs."""
 
     states: dict[str, QueryState]
-    # The impression ids the store remembers, with the time bucket each was applied in.
+    # The impression ids the store remembers, with the bucket each is remembered from.
     known_impressions: dict[str, int]
     clock_ms: int | None
 
