@@ -4,7 +4,8 @@
 
 1. throughput: `stream-ndcg run` catching up a topic from offset 0 to zero lag, next to a bare
    kafka-python consumer reading and JSON-decoding the same topic with the same settings; with
-   and without the drill-down (alternated, best of two each); two instances of one group;
+   and without the drill-down (alternated, best of two each); two instances of one group; the
+   time per event of each step of the batch pipeline, run in this process over the same messages;
 2. latency: judgment-to-metric p50/p99 (produce time to the change visible in /metrics) under a
    paced load of half the measured throughput;
 3. flatness: time per judgment for a query with 10 impressions vs one with 100,000;
@@ -16,6 +17,7 @@ Prints one JSON line last and rewrites the service section of bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -26,9 +28,11 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.request import urlopen
 
 import redis
@@ -37,18 +41,27 @@ from kafka.admin import NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.replay_bench import write_section
+from stream_ndcg.config import Settings
 from stream_ndcg.devtools.producer import produce
 from stream_ndcg.devtools.servers import KafkaBroker, RedisServer, free_port
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
 from stream_ndcg.events import parse_event
 from stream_ndcg.metric import Measure
-from stream_ndcg.pipeline import BatchPipeline
+from stream_ndcg.pipeline import BatchPipeline, PartitionBatch, RecordChecks
 from stream_ndcg.redis_store import RedisStore
+from stream_ndcg.segments import SegmentProjector
+from stream_ndcg.service import collect_garbage_for_batches, redis_store
+from stream_ndcg.store import Commit
 from stream_ndcg.vocabulary import MetricName
 
 BATCH = 500
 PARTITIONS = 4
+DEFAULT_GC_THRESHOLD = gc.get_threshold()
+# The batch size the latency phase's load leaves the service (its batch_events histogram), and
+# how many messages the cost of such batches is measured on.
+SMALL_BATCH = 100
+SMALL_BATCH_EVENTS = 100_000
 
 
 def create_topic(bootstrap: str, name: str) -> str:
@@ -148,6 +161,88 @@ def service_rate(bootstrap: str, redis_url: str, topic: str, total: int, namespa
         for service in services:
             service.stop()
         client.close()
+
+
+class BenchRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+
+
+def cost_breakdown(redis_url: str, messages: list[tuple[bytes, bytes]], namespace: str,
+                   batch: int = BATCH) -> dict[str, float]:
+    """Microseconds per event of each step of the service's batch pipeline, run in this process
+    over the same messages, cut into the service's batches (`batch` records over PARTITIONS
+    partitions, each partition's records in order), with the service's own wiring and settings:
+    parse (the contract's checks), load (decoding; the Redis round trip apart), engine, commit
+    (building the payload, then the rest; the Redis round trip apart)."""
+    settings = Settings.load(environ={"STREAM_NDCG_REDIS_URL": redis_url, "STREAM_NDCG_NAMESPACE": namespace,
+                                      "STREAM_NDCG_CLOCK": "event", "STREAM_NDCG_BATCH_SIZE": str(BATCH)})
+    spent = dict.fromkeys(("parse", "load", "load_redis", "engine", "payload", "commit", "commit_redis"), 0.0)
+    round_trips = [0.0]
+    store = redis_store(settings, lambda seconds: round_trips.__setitem__(0, round_trips[0] + seconds))
+    engine = Engine(settings.measure, settings.bucket, horizon_ms=settings.horizon,
+                    judgment_max_age_ms=settings.judgment_ttl, dedup_horizon_ms=settings.dedup_horizon,
+                    drilldown=settings.drilldown)
+    pipeline = BatchPipeline(store, engine, RecordChecks(), event_clock=True,
+                             projector=SegmentProjector(store, settings.segment_labels, settings.segment_cap))
+
+    def timed(step: str, function: Callable[..., Any], redis_step: str | None = None) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            started, redis_before, payload_before = time.perf_counter(), round_trips[0], spent["payload"]
+            try:
+                return function(*args, **kwargs)
+            finally:
+                redis_spent = round_trips[0] - redis_before
+                spent[step] += time.perf_counter() - started - redis_spent - (spent["payload"] - payload_before)
+                if redis_step:
+                    spent[redis_step] += redis_spent
+        return call
+
+    pipeline.parse = timed("parse", pipeline.parse)  # type: ignore[method-assign]
+    store.load = timed("load", store.load, "load_redis")  # type: ignore[method-assign]
+    engine.apply = timed("engine", engine.apply)  # type: ignore[method-assign]
+    store.commit = timed("commit", store.commit, "commit_redis")  # type: ignore[method-assign]
+    build_payload = store._payload
+
+    def payload(commit: Commit) -> Any:
+        # Built inside the commit's round trip: counted here instead.
+        started = time.perf_counter()
+        try:
+            return build_payload(commit)
+        finally:
+            elapsed = time.perf_counter() - started
+            spent["payload"] += elapsed
+            round_trips[0] -= elapsed
+
+    store._payload = payload  # type: ignore[method-assign]
+    partitions = [f"bench:{p}" for p in range(PARTITIONS)]
+    epochs = {name: store.claim(name) for name in partitions}
+    offsets: list[int] = [0] * PARTITIONS
+    stored: list[int | None] = [None] * PARTITIONS
+    collect_garbage_for_batches()
+    started = time.perf_counter()
+    try:
+        for first in range(0, len(messages), batch):
+            polled: dict[int, list[BenchRecord]] = {}
+            for key, value in messages[first:first + batch]:
+                partition = zlib.crc32(key) % PARTITIONS
+                polled.setdefault(partition, []).append(BenchRecord("bench", partition, offsets[partition], key, value))
+                offsets[partition] += 1
+            pipeline.run([PartitionBatch(partitions[p], epochs[partitions[p]], records, stored[p])
+                          for p, records in polled.items()], int(time.time() * 1000))
+            for p, records in polled.items():
+                stored[p] = records[-1].offset + 1
+        total = time.perf_counter() - started
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*DEFAULT_GC_THRESHOLD)
+    per_event = {step: round(1e6 * seconds / len(messages), 1) for step, seconds in spent.items()}
+    per_event["other"] = round(1e6 * (total - sum(spent.values())) / len(messages), 1)
+    per_event["in_process"] = round(1e6 * total / len(messages), 1)
+    return per_event
 
 
 def memory_by_kind(client: redis.Redis, namespace: str) -> dict[str, int]:
@@ -318,6 +413,21 @@ def main() -> int:
                                 "drilldown_ratio": round(service / without, 3),
                                 "two_instances_events_per_s": round(pair), "scale_ratio": round(pair / service, 3)}
         print(json.dumps(result["throughput"]), file=sys.stderr)
+        breakdown = cost_breakdown(server.url, messages, "breakdown")
+        decode_started = time.perf_counter()
+        for _, value in messages:
+            json.loads(value)
+        decode_us = 1e6 * (time.perf_counter() - decode_started) / len(messages)
+        breakdown["kafka_fetch"] = round(1e6 / bare - decode_us, 1)
+        breakdown["service"] = round(1e6 / service, 1)
+        result["cost_us_per_event"] = breakdown
+        # The latency phase's load leaves the service batches of about a hundred records: what a
+        # batch costs per event at that size, next to the catch-up's, on the same messages.
+        head = messages[:SMALL_BATCH_EVENTS]
+        result["batch_size_cost_us_per_event"] = {
+            str(size): cost_breakdown(server.url, head, f"batch{size}", batch=size)["in_process"]
+            for size in (BATCH, SMALL_BATCH)}
+        print(json.dumps(breakdown), json.dumps(result["batch_size_cost_us_per_event"]), file=sys.stderr)
 
         # On servers of its own: after the throughput run the shared broker and Redis carry
         # half a million events of state, and probes there have been lost in the noise.
@@ -358,6 +468,7 @@ def main() -> int:
 
 def section(result: dict[str, Any], flags: str) -> str:
     tp, lat, flat, mem = result["throughput"], result["latency"], result["flatness"], result["memory"]
+    cost, by_size = result["cost_us_per_event"], result["batch_size_cost_us_per_event"]
     held = [k for k in mem if k != "rss_ratio"]
     latency_row = (f"| judgment-to-metric latency at {lat['load_events_per_s']} events/s | "
                    + (f"p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms ({lat['probes']} probes) | | | p99 < 150 ms |"
@@ -387,6 +498,15 @@ def section(result: dict[str, Any], flags: str) -> str:
                     f" Redis bytes/impression; service peak RSS {mem[key]['service_peak_rss_mib']} MiB | | | "
                     "<= 150 bytes |")
     rows += [f"| service RSS, {held[1]} vs {held[0]} impressions | | | {mem['rss_ratio']} | within 1.2 |", ""]
+    rows += [f"Time per event, in microseconds, next to the throughput: the service {cost['service']} in all "
+             f"(one over its rate). Kafka's part: {cost['kafka_fetch']} to fetch (the bare consumer's time less its "
+             f"json.loads). The batch pipeline run in the bench's process over the same messages, with the "
+             f"service's settings: {cost['in_process']} in all, of which parse {cost['parse']}, load {cost['load']} "
+             f"+ Redis {cost['load_redis']}, engine {cost['engine']}, commit payload {cost['payload']}, commit "
+             f"{cost['commit']} + Redis {cost['commit_redis']}, the rest {cost['other']}. The same pipeline over the "
+             f"first {SMALL_BATCH_EVENTS} messages in batches of {SMALL_BATCH} (what the latency phase's load "
+             f"leaves the service) costs {by_size[str(SMALL_BATCH)]} per event, against {by_size[str(BATCH)]} in "
+             f"batches of {BATCH}.", ""]
     kinds = mem[held[1]]["bytes_per_impression_by_kind"]
     rows += ["Redis bytes per impression by key kind (MEMORY USAGE, the larger run): "
              + ", ".join(f"{kind} {value}" for kind, value in kinds.items())

@@ -344,14 +344,17 @@ class Engine:
         if not todo.groups and not todo.docs:
             return
         grades = state.grades()
-        ideals = self._ideals(grades)
-        renormalise = bool(todo.docs) and self.measure.ideal == "pool"
+        pool = self.measure.ideal == "pool"
+        # The pool ideal's gains, once per query rather than once per group recomputed.
+        gains = {doc: self.measure.gain_of(grade) for doc, grade in grades.items()} if pool else {}
+        ideals = {k: ideal_dcg(gains.values(), k) for k in self.measure.cutoffs} if pool else {}
+        renormalise = bool(todo.docs) and pool
         todo.dirty.update(todo.groups)
         for key, group in state.groups.items():
             if key in todo.groups or not todo.docs.isdisjoint(group.ranks):
                 # New impressions or a grade of one of its documents: its exposure figures go too.
                 group.exposure = None
-                totals = self._totals(group, grades, ideals)
+                totals = self._totals(group, grades, gains, ideals)
             elif renormalise:
                 totals = pooled_ndcg(dict(group.credited), group.impressions, ideals)
             else:
@@ -359,20 +362,16 @@ class Engine:
             if self._credit(key, group, totals, aggregates):
                 todo.dirty.add(key)
 
-    def _ideals(self, grades: Mapping[str, float]) -> dict[int, float]:
-        if self.measure.ideal != "pool":
-            return {}
-        gains = [self.measure.gain_of(g) for g in grades.values()]
-        return {k: ideal_dcg(gains, k) for k in self.measure.cutoffs}
-
-    def _totals(self, group: Group, grades: Mapping[str, float], ideals: Mapping[int, float]) -> dict[str, float]:
-        """The group's sums, recomputed from its lists and the query's grades."""
+    def _totals(self, group: Group, grades: Mapping[str, float], gains: Mapping[str, float],
+                ideals: Mapping[int, float]) -> dict[str, float]:
+        """The group's sums, recomputed from its lists and the query's grades (and, under the pool
+        ideal, their `gains`)."""
         totals: dict[str, float] = {IMPRESSIONS: float(group.impressions)}
         if self.measure.ideal == "list":
             totals.update(list_sums(((score_list(ranked, grades, self.measure), count)
                                      for ranked, count in group.lists.items()), self.measure.cutoffs))
         else:
-            judged = ((self.measure.gain_of(grades[doc]), at) for doc, at in group.ranks.items() if doc in grades)
+            judged = [(gains[doc], at) for doc, at in group.ranks.items() if doc in gains]
             totals.update(pooled_sums(judged, group.impressions, ideals))
         return totals
 

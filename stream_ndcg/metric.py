@@ -123,6 +123,10 @@ def ndcg(dcg_value: float, ideal_value: float) -> float | None:
 
 def first_occurrences(results: Sequence[str], depth: int) -> list[tuple[int, str]]:
     """(rank, doc) of the first `depth` ranks, dropping repeats of a document."""
+    top = results[:depth]
+    if len(set(top)) == len(top):
+        # The usual list repeats nothing.
+        return list(enumerate(top, start=1))
     seen: set[str] = set()
     ranked: list[tuple[int, str]] = []
     for rank, doc in enumerate(results[:depth], start=1):
@@ -204,19 +208,19 @@ def pooled_sums(
     by cut-off), from where their judged documents stand: per document, its gain and
     {first rank: lists showing it there}. The sums of `score_list` list by list, at the cost of
     the judged documents rather than of the lists."""
-    terms: dict[int, list[float]] = {k: [] for k in ideals}
-    counts = dict.fromkeys(ideals, 0)
-    for gain_value, at in judged:
-        for rank, count in at.items():
-            term = discounted(gain_value * count, rank)
-            for k in ideals:
-                if rank <= k:
-                    terms[k].append(term)
-                    counts[k] += count
+    deepest = max(ideals, default=0)
+    discount(deepest)
+    discounts = _DISCOUNTS
+    # (rank, term, lists) of every place a judged document is shown within the cut-offs. fsum
+    # rounds the exact sum once, so the terms may be gathered in any order: one pass, then one
+    # filter per cut-off.
+    shown = [(rank, gain_value * count * discounts[rank], count)
+             for gain_value, at in judged for rank, count in at.items() if rank <= deepest]
     sums: dict[str, float] = {}
-    for k, parts in terms.items():
-        sums[dcg_at(k)] = math.fsum(parts)
-        sums[judged_at(k)] = counts[k] / k
+    for k in ideals:
+        within = [(term, count) for rank, term, count in shown if rank <= k]
+        sums[dcg_at(k)] = math.fsum([term for term, _ in within])
+        sums[judged_at(k)] = sum([count for _, count in within]) / k
     return pooled_ndcg(sums, impressions, ideals)
 
 
