@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -86,12 +87,17 @@ def gain(grade: float, formula: Gain) -> float:
 
 
 _DISCOUNTS: list[float] = [0.0]
+# The engine and the drill-down API's threads share the table: two growing it at once could
+# each append the value of one rank, and the second would sit at the next rank.
+_DISCOUNTS_GROWING = threading.Lock()
 
 
 def discount(rank: int) -> float:
     """1 / log2(rank + 1), rank counted from 1 (cached: it is on every hot path)."""
-    while len(_DISCOUNTS) <= rank:
-        _DISCOUNTS.append(1.0 / math.log2(len(_DISCOUNTS) + 1))
+    if rank >= len(_DISCOUNTS):
+        with _DISCOUNTS_GROWING:
+            while len(_DISCOUNTS) <= rank:
+                _DISCOUNTS.append(1.0 / math.log2(len(_DISCOUNTS) + 1))
     return _DISCOUNTS[rank]
 
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import sys
+import threading
 
 import pytest
 
+from stream_ndcg import metric
 from stream_ndcg.metric import (
     Measure,
     cumulative_gain,
@@ -31,6 +34,31 @@ def test_discount_is_one_over_log2_of_rank_plus_one() -> None:
     assert discount(1) == 1.0
     assert discount(3) == 0.5
     assert discount(2) == pytest.approx(1 / 1.585, abs=1e-3)
+
+
+def test_threads_growing_the_discount_table_at_once_leave_every_rank_right(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The engine and the drill-down API's threads share the table. A thread switch after almost
+    # every bytecode makes an unguarded grow-then-append interleave within a few hundred ranks.
+    monkeypatch.setattr(metric, "_DISCOUNTS", [0.0])
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        start = threading.Barrier(8)
+
+        def grow() -> None:
+            start.wait()
+            discount(3_000)
+
+        threads = [threading.Thread(target=grow) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert len(metric._DISCOUNTS) == 3_001
+    assert [rank for rank in range(1, 3_001) if metric._DISCOUNTS[rank] != 1.0 / math.log2(rank + 1)] == []
 
 
 def test_seed_dcg_idcg_and_ndcg_with_linear_gain() -> None:
