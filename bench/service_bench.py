@@ -32,7 +32,7 @@ import zlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 from urllib.request import urlopen
 
 import redis
@@ -48,10 +48,9 @@ from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
 from stream_ndcg.events import parse_event
 from stream_ndcg.metric import Measure
-from stream_ndcg.pipeline import BatchPipeline, PartitionBatch, RecordChecks
+from stream_ndcg.pipeline import BatchPipeline, PartitionBatch
 from stream_ndcg.redis_store import RedisStore
-from stream_ndcg.segments import SegmentProjector
-from stream_ndcg.service import collect_garbage_for_batches, redis_store
+from stream_ndcg.service import build, collect_garbage_for_batches
 from stream_ndcg.store import Commit
 from stream_ndcg.vocabulary import MetricName
 
@@ -176,18 +175,23 @@ def cost_breakdown(redis_url: str, messages: list[tuple[bytes, bytes]], namespac
     """Microseconds per event of each step of the service's batch pipeline, run in this process
     over the same messages, cut into the service's batches (`batch` records over PARTITIONS
     partitions, each partition's records in order), with the service's own wiring and settings:
-    parse (the contract's checks), load (decoding; the Redis round trip apart), engine, commit
-    (building the payload, then the rest; the Redis round trip apart)."""
+    parse (the contract's checks), load (decoding), engine, commit (building the payload, then the
+    rest), each with its Redis round trips apart."""
     settings = Settings.load(environ={"STREAM_NDCG_REDIS_URL": redis_url, "STREAM_NDCG_NAMESPACE": namespace,
                                       "STREAM_NDCG_CLOCK": "event", "STREAM_NDCG_BATCH_SIZE": str(BATCH)})
-    spent = dict.fromkeys(("parse", "load", "load_redis", "engine", "payload", "commit", "commit_redis"), 0.0)
+    spent = dict.fromkeys(("parse", "parse_redis", "load", "load_redis", "engine", "payload", "commit",
+                           "commit_redis"), 0.0)
     round_trips = [0.0]
-    store = redis_store(settings, lambda seconds: round_trips.__setitem__(0, round_trips[0] + seconds))
-    engine = Engine(settings.measure, settings.bucket, horizon_ms=settings.horizon,
-                    judgment_max_age_ms=settings.judgment_ttl, dedup_horizon_ms=settings.dedup_horizon,
-                    drilldown=settings.drilldown)
-    pipeline = BatchPipeline(store, engine, RecordChecks(), event_clock=True,
-                             projector=SegmentProjector(store, settings.segment_labels, settings.segment_cap))
+    # `stream-ndcg run`'s pipeline as it is built (its Kafka consumer is never opened).
+    pipeline = build(settings)[0].pipeline
+    store, engine = cast(RedisStore, pipeline.store), pipeline.engine
+    observe = store._observe
+
+    def observe_round_trip(seconds: float) -> None:
+        round_trips[0] += seconds
+        observe(seconds)
+
+    store._observe = observe_round_trip
 
     def timed(step: str, function: Callable[..., Any], redis_step: str | None = None) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -201,7 +205,8 @@ def cost_breakdown(redis_url: str, messages: list[tuple[bytes, bytes]], namespac
                     spent[redis_step] += redis_spent
         return call
 
-    pipeline.parse = timed("parse", pipeline.parse)  # type: ignore[method-assign]
+    # A new segment value is admitted in Redis while its record is parsed.
+    pipeline.parse = timed("parse", pipeline.parse, "parse_redis")  # type: ignore[method-assign]
     store.load = timed("load", store.load, "load_redis")  # type: ignore[method-assign]
     engine.apply = timed("engine", engine.apply)  # type: ignore[method-assign]
     store.commit = timed("commit", store.commit, "commit_redis")  # type: ignore[method-assign]
@@ -501,9 +506,11 @@ def section(result: dict[str, Any], flags: str) -> str:
     rows += [f"Time per event, in microseconds, next to the throughput: the service {cost['service']} in all "
              f"(one over its rate). Kafka's part: {cost['kafka_fetch']} to fetch (the bare consumer's time less its "
              f"json.loads). The batch pipeline run in the bench's process over the same messages, with the "
-             f"service's settings: {cost['in_process']} in all, of which parse {cost['parse']}, load {cost['load']} "
+             f"service's settings: {cost['in_process']} in all, of which parse {cost['parse']} + Redis "
+             f"{cost['parse_redis']}, load {cost['load']} "
              f"+ Redis {cost['load_redis']}, engine {cost['engine']}, commit payload {cost['payload']}, commit "
-             f"{cost['commit']} + Redis {cost['commit_redis']}, the rest {cost['other']}. The same pipeline over the "
+             f"{cost['commit']} + Redis {cost['commit_redis']}, the rest {cost['other']} (the bench's own cutting of "
+             f"records into batches included). The same pipeline over the "
              f"first {SMALL_BATCH_EVENTS} messages in batches of {SMALL_BATCH} (what the latency phase's load "
              f"leaves the service) costs {by_size[str(SMALL_BATCH)]} per event, against {by_size[str(BATCH)]} in "
              f"batches of {BATCH}.", ""]
