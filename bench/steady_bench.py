@@ -1,0 +1,123 @@
+"""Redis memory and the service's memory once the longest window has passed: flat, or growing?
+
+    python -m bench.steady_bench [--horizons 4] [--rate 1000]
+
+`stream-ndcg run --clock event` with small windows (30s and 1m of 5-second buckets, 10s of
+grace: a 70-second horizon, the default day shrunk to a minute) reads the Zipf workload of the
+service bench, produced live at --rate events per second and stamped with the time it is sent,
+for --horizons horizons. At the end of each horizon: Redis's used_memory, the service's resident
+set (VmRSS, what it holds now, not its peak) and the keys Redis holds. The figure is the larger
+over the smaller of the last two horizons (target: within 1.1). The dedup horizon is 20s and the
+judgments' TTL one horizon, short like the windows: with the default 30 days, a judged query's
+state outlives the run. Rewrites the "Memory over time" section of bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from bench.replay_bench import write_section
+from bench.service_bench import ServiceProcess, counted, create_topic
+from stream_ndcg.devtools.producer import produce
+from stream_ndcg.devtools.servers import KafkaBroker, RedisServer
+from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
+
+SETTINGS = {"clock": "event", "windows": "30s,1m", "bucket": "5s", "grace": "10s", "dedup_horizon": "20s",
+            "judgment_ttl": "70s"}
+HORIZON_S = 70
+
+
+def resident_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def run(horizons: int, rate: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="stream-ndcg-steady-bench-") as root, \
+            KafkaBroker.start(Path(root, "kafka")) as kafka, RedisServer.start(Path(root, "redis")) as server:
+        client = redis.Redis.from_url(server.url)
+        topic = create_topic(kafka.bootstrap, "steady")
+        service = ServiceProcess(kafka.bootstrap, server.url, topic, "steady", **SETTINGS)
+        service.await_ready()
+        stop = threading.Event()
+        sent = [0]
+
+        def load() -> None:
+            spec = SimulationSpec(events=10**9, seed=13, queries=20_000, rate=rate, max_delay_ms=30_000)
+            messages = Simulator(spec, clock=lambda: int(time.time() * 1000)).messages()
+            sent[0] = produce(kafka.bootstrap, topic, (m for m in messages if not stop.is_set()), paced=True,
+                              rate=rate)
+
+        producer = threading.Thread(target=load, daemon=True)
+        started = time.monotonic()
+        producer.start()
+        samples = []
+        try:
+            for horizon in range(1, horizons + 1):
+                time.sleep(max(0.0, started + horizon * HORIZON_S - time.monotonic()))
+                samples.append({"horizon": horizon, "redis_used_bytes": int(client.info("memory")["used_memory"]),
+                                "service_rss_bytes": resident_bytes(service.process.pid),
+                                "redis_keys": int(client.dbsize()), "events_taken": counted(client, "steady")})
+                print(json.dumps(samples[-1]), file=sys.stderr)
+        finally:
+            stop.set()
+            producer.join(timeout=60)
+            service.stop()
+            client.close()
+    last, before = samples[-1], samples[-2]
+    return {"rate": rate, "horizon_s": HORIZON_S, "samples": samples, "events_sent": sent[0],
+            "redis_ratio": round(max(last["redis_used_bytes"], before["redis_used_bytes"])
+                                 / min(last["redis_used_bytes"], before["redis_used_bytes"]), 3),
+            "rss_ratio": round(max(last["service_rss_bytes"], before["service_rss_bytes"])
+                               / min(last["service_rss_bytes"], before["service_rss_bytes"]), 3)}
+
+
+def section(result: dict[str, Any], flags: str) -> str:
+    rows = [
+        "## Memory over time",
+        "",
+        f"`{('python -m bench.steady_bench ' + flags).strip()}`, {datetime.now(UTC):%Y-%m-%d %H:%M UTC}: "
+        f"`stream-ndcg run` with {', '.join(f'{k}={v}' for k, v in SETTINGS.items())} (a {result['horizon_s']} s "
+        f"horizon), the Zipf workload produced live at {result['rate']:g} events/s and stamped with the time it "
+        "is sent; one Kafka broker and redis-server on loopback.",
+        "",
+        "| end of horizon | Redis used_memory | service RSS | Redis keys | events taken in |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for sample in result["samples"]:
+        rows.append(f"| {sample['horizon']} | {sample['redis_used_bytes'] / 2**20:.1f} MiB | "
+                    f"{sample['service_rss_bytes'] / 2**20:.1f} MiB | {sample['redis_keys']} | "
+                    f"{sample['events_taken']} |")
+    rows += ["", f"Last two horizons, larger over smaller: Redis **{result['redis_ratio']}**, service RSS "
+             f"**{result['rss_ratio']}** (target: within 1.1 each).", ""]
+    return "\n".join(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--horizons", type=int, default=4)
+    parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--results", type=Path, default=Path(__file__).with_name("RESULTS.md"))
+    args = parser.parse_args()
+    if args.horizons < 3:
+        parser.error("--horizons must be at least 3: the first horizon fills the windows")
+    result = run(args.horizons, args.rate)
+    write_section(args.results, "## Memory over time", section(result, " ".join(sys.argv[1:])))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
