@@ -5,6 +5,7 @@
 1. throughput: `stream-ndcg run` catching up a topic from offset 0 to zero lag, next to a bare
    kafka-python consumer reading and JSON-decoding the same topic with the same settings; with
    and without the drill-down (alternated, best of two each); two instances of one group; the
+   cores the services, Kafka and Redis kept busy meanwhile; the
    time per event of each step of the batch pipeline, run in this process over the same messages;
 2. latency: judgment-to-metric p50/p99 (produce time to the change visible in /metrics) under a
    paced load of half the measured throughput;
@@ -29,7 +30,8 @@ import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple, cast
@@ -139,21 +141,46 @@ def counted(client: redis.Redis, namespace: str) -> int:
     return sum(store.counts().values())
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    events_per_s: float
+    # The first service's.
+    peak_rss: int
+    # Cores each kind of process kept busy meanwhile, on average ("service" sums the instances).
+    cores: dict[str, float]
+
+
 def service_rate(bootstrap: str, redis_url: str, topic: str, total: int, namespace: str, instances: int = 1,
-                 **settings: str) -> tuple[float, int]:
-    """Events/s of `instances` services of one group catching the topic up, and the peak RSS of the first."""
+                 servers: Mapping[str, int | None] | None = None, **settings: str) -> CatchUp:
+    """`instances` services of one group catching the topic up: their events/s, the peak RSS of
+    the first, and the cores they and the `servers` (name -> pid: Kafka, Redis) used meanwhile."""
     client = redis.Redis.from_url(redis_url)
     services = [ServiceProcess(bootstrap, redis_url, topic, namespace, clock="event", **settings)
                 for _ in range(instances)]
-    first_at, first_count = 0.0, 0
+    pids = {name: pid for name, pid in (servers or {}).items() if pid is not None}
+
+    def cpu() -> dict[str, float]:
+        used = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        used["service"] = sum(cpu_seconds(service.process.pid) for service in services)
+        return used
+
+    first_at, first_count, first_cpu = 0.0, 0, {}
     try:
         while True:
             done = counted(client, namespace)
             now = time.perf_counter()
             if done and not first_at:
-                first_at, first_count = now, done
+                first_at, first_count, first_cpu = now, done, cpu()
             if done >= total:
-                return (done - first_count) / (now - first_at), services[0].peak_rss
+                cores = {name: round((seconds - first_cpu[name]) / (now - first_at), 2)
+                         for name, seconds in cpu().items()}
+                return CatchUp((done - first_count) / (now - first_at), services[0].peak_rss, cores)
             services[0].sample_rss()
             time.sleep(0.05)
     finally:
@@ -404,19 +431,24 @@ def main() -> int:
         bare = bare_consumer_rate(kafka.bootstrap, topic, len(messages))
         # With and without the drill-down alternated, best of two each: one run apiece swung by
         # 5-10% on this shared machine, as much as the difference measured.
-        with_rows: list[float] = []
         without_rows: list[float] = []
+        servers = {"kafka": kafka.pid, "redis": server.pid}
+        one: list[CatchUp] = []
         for round_ in range(2):
-            with_rows.append(service_rate(kafka.bootstrap, server.url, topic, len(messages), f"throughput{round_}")[0])
+            one.append(service_rate(kafka.bootstrap, server.url, topic, len(messages), f"throughput{round_}",
+                                    servers=servers))
             without_rows.append(service_rate(kafka.bootstrap, server.url, topic, len(messages),
-                                             f"no-drilldown{round_}", drilldown="false")[0])
-        service, without = max(with_rows), max(without_rows)
-        pair, _ = service_rate(kafka.bootstrap, server.url, topic, len(messages), "two", instances=2)
+                                             f"no-drilldown{round_}", drilldown="false").events_per_s)
+        fastest = max(one, key=lambda run: run.events_per_s)
+        service, without = fastest.events_per_s, max(without_rows)
+        two = service_rate(kafka.bootstrap, server.url, topic, len(messages), "two", instances=2, servers=servers)
+        pair = two.events_per_s
         result["throughput"] = {"events": len(messages), "service_events_per_s": round(service),
                                 "bare_kafka_python_events_per_s": round(bare), "ratio": round(service / bare, 3),
                                 "without_drilldown_events_per_s": round(without),
                                 "drilldown_ratio": round(service / without, 3),
-                                "two_instances_events_per_s": round(pair), "scale_ratio": round(pair / service, 3)}
+                                "two_instances_events_per_s": round(pair), "scale_ratio": round(pair / service, 3),
+                                "cores_one_instance": fastest.cores, "cores_two_instances": two.cores}
         print(json.dumps(result["throughput"]), file=sys.stderr)
         breakdown = cost_breakdown(server.url, messages, "breakdown")
         decode_started = time.perf_counter()
@@ -453,7 +485,7 @@ def main() -> int:
             stream = [m for m in workload(int(held * 1.2), seed=7, judged_share=0.03)]
             impressions = sum(1 for _, v in stream if b'"impression"' in v)
             produce(kafka.bootstrap, topic, stream)
-            _, rss = service_rate(kafka.bootstrap, server.url, topic, len(stream), f"memory{held}")
+            rss = service_rate(kafka.bootstrap, server.url, topic, len(stream), f"memory{held}").peak_rss
             used = int(client.info("memory")["used_memory"]) - baseline
             kinds = memory_by_kind(client, f"memory{held}")
             memory[str(held)] = {"impressions": impressions, "redis_bytes_per_impression": round(used / impressions),
@@ -514,11 +546,18 @@ def section(result: dict[str, Any], flags: str) -> str:
              f"first {SMALL_BATCH_EVENTS} messages in batches of {SMALL_BATCH} (what the latency phase's load "
              f"leaves the service) costs {by_size[str(SMALL_BATCH)]} per event, against {by_size[str(BATCH)]} in "
              f"batches of {BATCH}.", ""]
+    rows += [f"Cores busy while catching up (2 on this machine), one instance: {cores(tp['cores_one_instance'])}; two "
+             f"instances of one group: {cores(tp['cores_two_instances'])}.", ""]
     kinds = mem[held[1]]["bytes_per_impression_by_kind"]
     rows += ["Redis bytes per impression by key kind (MEMORY USAGE, the larger run): "
              + ", ".join(f"{kind} {value}" for kind, value in kinds.items())
              + " (`rows` and `rowlog` are the drill-down's).", ""]
     return "\n".join(rows)
+
+
+def cores(used: Mapping[str, float]) -> str:
+    parts = ", ".join(f"{name} {value}" for name, value in sorted(used.items()))
+    return f"{parts} ({round(sum(used.values()), 2)} in all)"
 
 
 def redis_version() -> str:
