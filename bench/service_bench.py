@@ -198,12 +198,13 @@ class BenchRecord(NamedTuple):
 
 
 def cost_breakdown(redis_url: str, messages: list[tuple[bytes, bytes]], namespace: str,
-                   batch: int = BATCH) -> dict[str, float]:
+                   batch: int = BATCH, *, live: bool = False) -> dict[str, float]:
     """Microseconds per event of each step of the service's batch pipeline, run in this process
-    over the same messages, cut into the service's batches (`batch` records over PARTITIONS
-    partitions, each partition's records in order), with the service's own wiring and settings:
-    parse (the contract's checks), load (decoding), engine, commit (building the payload, then the
-    rest), each with its Redis round trips apart."""
+    over the same messages (keyed over PARTITIONS partitions) with the service's own wiring and
+    settings: parse (the contract's checks), load (decoding), engine, commit (building the
+    payload, then the rest), each with its Redis round trips apart. The batches are a catch-up's,
+    `batch` records of one partition each, or with `live` the messages `batch` at a time as they
+    arrive, spread over the partitions."""
     settings = Settings.load(environ={"STREAM_NDCG_REDIS_URL": redis_url, "STREAM_NDCG_NAMESPACE": namespace,
                                       "STREAM_NDCG_CLOCK": "event", "STREAM_NDCG_BATCH_SIZE": str(BATCH)})
     spent = dict.fromkeys(("parse", "parse_redis", "load", "load_redis", "engine", "payload", "commit",
@@ -252,21 +253,34 @@ def cost_breakdown(redis_url: str, messages: list[tuple[bytes, bytes]], namespac
     store._payload = payload  # type: ignore[method-assign]
     partitions = [f"bench:{p}" for p in range(PARTITIONS)]
     epochs = {name: store.claim(name) for name in partitions}
-    offsets: list[int] = [0] * PARTITIONS
+    arrived: list[BenchRecord] = []
+    offsets = [0] * PARTITIONS
+    for key, value in messages:
+        partition = zlib.crc32(key) % PARTITIONS
+        arrived.append(BenchRecord("bench", partition, offsets[partition], key, value))
+        offsets[partition] += 1
+    polls: list[list[list[BenchRecord]]] = []
+    if live:
+        # Records as they arrive: `batch` at a time, from whichever partitions they went to.
+        for first in range(0, len(arrived), batch):
+            by_partition: dict[int, list[BenchRecord]] = {}
+            for record in arrived[first:first + batch]:
+                by_partition.setdefault(record.partition, []).append(record)
+            polls.append(list(by_partition.values()))
+    else:
+        # A catch-up: kafka-python hands out one partition's fetched records at a time.
+        partitioned = [[record for record in arrived if record.partition == p] for p in range(PARTITIONS)]
+        for first in range(0, max(offsets), batch):
+            polls += [[records[first:first + batch]] for records in partitioned if records[first:first + batch]]
     stored: list[int | None] = [None] * PARTITIONS
     collect_garbage_for_batches()
     started = time.perf_counter()
     try:
-        for first in range(0, len(messages), batch):
-            polled: dict[int, list[BenchRecord]] = {}
-            for key, value in messages[first:first + batch]:
-                partition = zlib.crc32(key) % PARTITIONS
-                polled.setdefault(partition, []).append(BenchRecord("bench", partition, offsets[partition], key, value))
-                offsets[partition] += 1
-            pipeline.run([PartitionBatch(partitions[p], epochs[partitions[p]], records, stored[p])
-                          for p, records in polled.items()], int(time.time() * 1000))
-            for p, records in polled.items():
-                stored[p] = records[-1].offset + 1
+        for poll in polls:
+            pipeline.run([PartitionBatch(partitions[part[0].partition], epochs[partitions[part[0].partition]], part,
+                                         stored[part[0].partition]) for part in poll], int(time.time() * 1000))
+            for part in poll:
+                stored[part[0].partition] = part[-1].offset + 1
         total = time.perf_counter() - started
     finally:
         gc.unfreeze()
@@ -462,7 +476,7 @@ def main() -> int:
         # batch costs per event at that size, next to the catch-up's, on the same messages.
         head = messages[:SMALL_BATCH_EVENTS]
         result["batch_size_cost_us_per_event"] = {
-            str(size): cost_breakdown(server.url, head, f"batch{size}", batch=size)["in_process"]
+            str(size): cost_breakdown(server.url, head, f"batch{size}", batch=size, live=True)["in_process"]
             for size in (BATCH, SMALL_BATCH)}
         print(json.dumps(breakdown), json.dumps(result["batch_size_cost_us_per_event"]), file=sys.stderr)
 
@@ -537,15 +551,15 @@ def section(result: dict[str, Any], flags: str) -> str:
     rows += [f"| service RSS, {held[1]} vs {held[0]} impressions | | | {mem['rss_ratio']} | within 1.2 |", ""]
     rows += [f"Time per event, in microseconds, next to the throughput: the service {cost['service']} in all "
              f"(one over its rate). Kafka's part: {cost['kafka_fetch']} to fetch (the bare consumer's time less its "
-             f"json.loads). The batch pipeline run in the bench's process over the same messages, with the "
-             f"service's settings: {cost['in_process']} in all, of which parse {cost['parse']} + Redis "
+             f"json.loads). The batch pipeline run in the bench's process over the same messages in a catch-up's "
+             f"batches ({BATCH} records of one partition), with the service's settings: {cost['in_process']} in "
+             f"all, of which parse {cost['parse']} + Redis "
              f"{cost['parse_redis']}, load {cost['load']} "
              f"+ Redis {cost['load_redis']}, engine {cost['engine']}, commit payload {cost['payload']}, commit "
-             f"{cost['commit']} + Redis {cost['commit_redis']}, the rest {cost['other']} (the bench's own cutting of "
-             f"records into batches included). The same pipeline over the "
-             f"first {SMALL_BATCH_EVENTS} messages in batches of {SMALL_BATCH} (what the latency phase's load "
-             f"leaves the service) costs {by_size[str(SMALL_BATCH)]} per event, against {by_size[str(BATCH)]} in "
-             f"batches of {BATCH}.", ""]
+             f"{cost['commit']} + Redis {cost['commit_redis']}, the rest {cost['other']}. The same pipeline over the "
+             f"first {SMALL_BATCH_EVENTS} messages taken as they arrive, over all partitions, {SMALL_BATCH} at a "
+             f"time (what the latency phase's load leaves the service) costs {by_size[str(SMALL_BATCH)]} per event, "
+             f"against {by_size[str(BATCH)]} {BATCH} at a time.", ""]
     rows += [f"Cores busy while catching up (2 on this machine), one instance: {cores(tp['cores_one_instance'])}; two "
              f"instances of one group: {cores(tp['cores_two_instances'])}.", ""]
     kinds = mem[held[1]]["bytes_per_impression_by_kind"]
