@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import math
 import os
@@ -294,9 +295,14 @@ def cost_breakdown(redis_url: str, messages: list[tuple[bytes, bytes]], namespac
 def memory_by_kind(client: redis.Redis, namespace: str) -> dict[str, int]:
     """MEMORY USAGE of a namespace's keys, summed by kind (the key's name after the hash tag)."""
     kinds: dict[str, int] = {}
-    for key in client.scan_iter(match=f"{{{namespace}:*", count=1000):
-        kind = key.decode().split("}:", 1)[1].split(":", 1)[0]
-        kinds[kind] = kinds.get(kind, 0) + int(client.memory_usage(key, samples=0) or 0)
+    keys = list(client.scan_iter(match=f"{{{namespace}:*", count=1000))
+    for first in range(0, len(keys), 1000):
+        pipe = client.pipeline(transaction=False)
+        for key in keys[first:first + 1000]:
+            pipe.memory_usage(key, samples=0)
+        for key, used in zip(keys[first:first + 1000], pipe.execute(), strict=True):
+            kind = key.decode().split("}:", 1)[1].split(":", 1)[0]
+            kinds[kind] = kinds.get(kind, 0) + int(used or 0)
     return kinds
 
 
@@ -311,7 +317,9 @@ def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[st
         spec = SimulationSpec(events=10**9, seed=5, queries=20_000, rate=rate, start_ms=now_ms,
                               max_delay_ms=60_000)
         messages = Simulator(spec).messages()
-        produce(bootstrap, topic, (m for m in messages if not stop.is_set()), paced=True, rate=rate)
+        # takewhile, not a filter: the simulated stream is endless, and a filter would go on
+        # drawing from it, holding the GIL, for the rest of the bench.
+        produce(bootstrap, topic, itertools.takewhile(lambda _: not stop.is_set(), messages), paced=True, rate=rate)
 
     load = threading.Thread(target=background, daemon=True)
     load.start()

@@ -15,6 +15,7 @@ state outlives the run. Rewrites the "Memory over time" section of bench/RESULTS
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import tempfile
@@ -57,8 +58,8 @@ def run(horizons: int, rate: float) -> dict[str, Any]:
         def load() -> None:
             spec = SimulationSpec(events=10**9, seed=13, queries=20_000, rate=rate, max_delay_ms=30_000)
             messages = Simulator(spec, clock=lambda: int(time.time() * 1000)).messages()
-            sent[0] = produce(kafka.bootstrap, topic, (m for m in messages if not stop.is_set()), paced=True,
-                              rate=rate)
+            sent[0] = produce(kafka.bootstrap, topic, itertools.takewhile(lambda _: not stop.is_set(), messages),
+                              paced=True, rate=rate)
 
         producer = threading.Thread(target=load, daemon=True)
         started = time.monotonic()
