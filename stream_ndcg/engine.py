@@ -36,6 +36,13 @@ from stream_ndcg.vocabulary import (
 )
 from stream_ndcg.windows import oldest_kept_bucket
 
+# A document's judgment events older than this many judgment max ages are forgotten (its winner
+# is kept): any of them delivered again is rejected as too old before it could be found a
+# duplicate, so forgetting changes no outcome, and a live query's events stop growing. Two, not
+# one: under the wall clock, an instance whose clock is behind the one that forgot them (by less
+# than a max age) still rejects them.
+FORGET_AFTER_MAX_AGES = 2
+
 # (ts, event_id, grade): one judgment event of a (query, document) pair.
 Revision = tuple[int, str | None, float | None]
 SegmentKeyFn = Callable[[Segment], str]
@@ -98,7 +105,8 @@ class QueryState:
     """Everything the engine knows about one query."""
 
     # Every distinct judgment event seen per document (so that one seen again is known as a
-    # duplicate); the greatest by `precedence` is the document's grade.
+    # duplicate), less those forgotten (FORGET_AFTER_MAX_AGES); the greatest by `precedence` is
+    # the document's grade.
     revisions: dict[str, list[Revision]] = field(default_factory=dict)
     groups: dict[tuple[int, str], Group] = field(default_factory=dict)
     # The greatest revision per document, found once and then kept up to date: a head query
@@ -146,6 +154,20 @@ class QueryState:
                 self._grades[doc] = after
         return before, after
 
+    def forget_revisions(self, doc: str, before_ts: int) -> bool:
+        """Drop the document's events older than `before_ts`, except its winner; whether any went.
+        Only the two seen first are looked at before the whole list is walked: events arrive
+        roughly in time order, so an old one is near the front."""
+        seen = self.revisions[doc]
+        if all(revision[0] >= before_ts for revision in seen[:2]):
+            return False
+        winner = self._winner(doc)
+        kept = [revision for revision in seen if revision[0] >= before_ts or revision == winner]
+        if len(kept) == len(seen):
+            return False
+        self.revisions[doc] = kept
+        return True
+
 
 @dataclass
 class QueryChange:
@@ -157,6 +179,8 @@ class QueryChange:
     docs: set[str] = field(default_factory=set)
     # The judgment events the batch added, per document (its grade may or may not have moved).
     revised: dict[str, list[Revision]] = field(default_factory=dict)
+    # Documents whose old judgment events were dropped (`Engine._judgment`): stored whole again.
+    pruned: set[str] = field(default_factory=set)
     # Groups to write back: the new impressions' and every re-credited one.
     dirty: set[tuple[int, str]] = field(default_factory=set)
     # Groups dropped behind the horizon.
@@ -328,6 +352,9 @@ class Engine:
         todo.revised.setdefault(event.doc_id, []).append(revision)
         if moved[0] != moved[1]:
             todo.docs.add(event.doc_id)
+        if now_ms is not None and self.judgment_max_age_ms is not None and state.forget_revisions(
+                event.doc_id, now_ms - FORGET_AFTER_MAX_AGES * self.judgment_max_age_ms):
+            todo.pruned.add(event.doc_id)
 
     def _expire(self, state: QueryState, now_ms: int, change: QueryChange) -> None:
         """Drop the groups behind the horizon: their buckets are behind every

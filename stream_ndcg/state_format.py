@@ -8,7 +8,8 @@ module.
 A query state is one hash:
 
     r|<doc>                JSON list of the document's judgment events [ts, event_id, grade];
-                           a commit appends the batch's events to it (`revisions_tail`)
+                           a commit appends the batch's events to it (`revisions_tail`), or
+                           writes it whole when old ones were forgotten
     g|<bucket>|<segment>   JSON group {"n": impressions, "c": {field: credited sum},
                            "r": {doc: {first rank: impressions}}, "l": [[list, impressions]]}
 
@@ -120,8 +121,12 @@ def changed_fields(state: QueryState, change: QueryChange) -> tuple[list[str], l
     for bucket, segment in change.dirty & state.groups.keys():
         written += [group_field(bucket, segment), encode_group(state.groups[(bucket, segment)])]
     removed = [group_field(bucket, segment) for bucket, segment in change.removed]
-    # A document's events only grow: the batch's are appended to the list held.
-    appended = [[revisions_field(doc), revisions_tail(new)] for doc, new in change.revised.items()]
+    # A document's events are appended to the list held, unless old ones were forgotten: then the
+    # list is written whole.
+    for doc in change.pruned:
+        written += [revisions_field(doc), orjson.dumps(state.revisions[doc]).decode()]
+    appended = [[revisions_field(doc), revisions_tail(new)] for doc, new in change.revised.items()
+                if doc not in change.pruned]
     return written, removed, appended
 
 

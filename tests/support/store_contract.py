@@ -24,7 +24,7 @@ from stream_ndcg.errors import ConfigError, FencedError
 from stream_ndcg.events import InvalidEvent, parse_event
 from stream_ndcg.metric import Measure
 from stream_ndcg.store import AggregateRead, MemoryStore, StateStore
-from stream_ndcg.vocabulary import AggregateKey
+from stream_ndcg.vocabulary import JUDGMENT, TOO_OLD, AggregateKey, duplicate, rejected
 from stream_ndcg.windows import window_means
 from tests.support.batches import apply_batch, parsed
 
@@ -200,6 +200,25 @@ class StoreContract:
         apply_batch(store, engine, "t:0", parsed([shown % (b"late", late)]), epoch=epoch, next_offset=6)
         assert store.counts()["impression"] == 4
         assert store.counts()["duplicate:impression"] == 2
+
+    def test_judgment_events_older_than_two_max_ages_are_forgotten_and_stay_too_old(self, store: StateStore) -> None:
+        max_age = 10 * BUCKET
+        engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON, judgment_max_age_ms=max_age)
+        epoch = store.claim("t:0")
+        judged = b'{"type":"judgment","query_id":"q","doc_id":"a","grade":%d,"ts":%d,"event_id":"%s"}'
+        apply_batch(store, engine, "t:0", parsed([judged % (1, T0, b"e1"), judged % (2, T0 + BUCKET, b"e2")]),
+                    epoch=epoch, next_offset=2)
+        assert [r[:2] for r in store.load("t:0", ["q"], {}).states["q"].revisions["a"]] == [(T0, "e1"),
+                                                                                          (T0 + BUCKET, "e2")]
+        later = T0 + 2 * max_age + 2 * BUCKET
+        apply_batch(store, engine, "t:0", parsed([judged % (3, later, b"e3")]), epoch=epoch, next_offset=3)
+        state = store.load("t:0", ["q"], {}).states["q"]
+        assert [r[:2] for r in state.revisions["a"]] == [(later, "e3")]
+        assert state.grades() == {"a": 3}
+        # A forgotten event delivered again is too old, as it would have been remembered.
+        apply_batch(store, engine, "t:0", parsed([judged % (1, T0, b"e1")]), epoch=epoch, next_offset=4)
+        counts = store.counts()
+        assert (counts[JUDGMENT], counts[rejected(TOO_OLD)], counts.get(duplicate(JUDGMENT), 0)) == (3, 1, 0)
 
     def test_ranked_lists_are_kept_deduplicated_with_counts(self, store: StateStore) -> None:
         engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
