@@ -359,7 +359,8 @@ class Engine:
     def _expire(self, state: QueryState, now_ms: int, change: QueryChange) -> None:
         """Drop the groups behind the horizon: their buckets are behind every
         window, so nothing is un-credited. Judgments stay while the query is
-        alive; the store expires a query's whole state after its last event."""
+        alive (less those `QueryState.forget_revisions` drops); the store
+        expires a query's whole state after its last event."""
         if self.horizon_ms is not None:
             oldest = oldest_kept_bucket(now_ms, self.horizon_ms, self.bucket_ms)
             for key in [key for key in state.groups if key[0] < oldest]:
