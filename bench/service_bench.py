@@ -126,9 +126,9 @@ class ServiceProcess:
         raise RuntimeError(f"the service was not ready after {timeout:.0f} s")
 
     def sample_rss(self) -> None:
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                self.peak_rss = int(line.split()[1]) * 1024
+        peak = process_memory(self.process.pid, "VmHWM")
+        if peak is not None:
+            self.peak_rss = peak
 
     def stop(self) -> None:
         self.sample_rss()
@@ -140,6 +140,15 @@ def counted(client: redis.Redis, namespace: str) -> int:
     """Messages the service has taken in, as its store says."""
     store = RedisStore(client, namespace=namespace, bucket_ms=60_000, horizon_ms=60_000, state_ttl_ms=60_000)
     return sum(store.counts().values())
+
+
+def process_memory(pid: int, field: str) -> int | None:
+    """A memory figure of /proc/<pid>/status in bytes (VmRSS now, VmHWM the peak); None if the
+    process has none (it has exited)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    return None
 
 
 def cpu_seconds(pid: int) -> float:

@@ -28,7 +28,7 @@ from typing import Any
 import redis
 
 from bench.replay_bench import write_section
-from bench.service_bench import ServiceProcess, counted, create_topic
+from bench.service_bench import ServiceProcess, counted, create_topic, process_memory
 from stream_ndcg.devtools.producer import produce
 from stream_ndcg.devtools.servers import KafkaBroker, RedisServer
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
@@ -39,10 +39,10 @@ HORIZON_S = 70
 
 
 def resident_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
+    resident = process_memory(pid, "VmRSS")
+    if resident is None:
+        raise RuntimeError(f"no VmRSS for process {pid}: the service has exited")
+    return resident
 
 
 def run(horizons: int, rate: float) -> dict[str, Any]:

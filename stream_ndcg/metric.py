@@ -135,7 +135,7 @@ def first_occurrences(results: Sequence[str], depth: int) -> list[tuple[int, str
         return list(enumerate(top, start=1))
     seen: set[str] = set()
     ranked: list[tuple[int, str]] = []
-    for rank, doc in enumerate(results[:depth], start=1):
+    for rank, doc in enumerate(top, start=1):
         if doc not in seen:
             seen.add(doc)
             ranked.append((rank, doc))
