@@ -10,12 +10,19 @@ A query state is one hash:
     r|<doc>                JSON list of the document's judgment events [ts, event_id, grade];
                            a commit appends the batch's events to it (`revisions_tail`), or
                            writes it whole when old ones were forgotten
-    g|<bucket>|<segment>   JSON group {"n": impressions, "c": {field: credited sum},
-                           "r": {doc: {first rank: impressions}}, "l": [[list, impressions]]}
+    g|<bucket>|<segment>   JSON group [impressions, credited, ranks, lists]:
+                           credited  [[cut-offs], impressions, then per cut-off its dcg, judged,
+                                     ndcg and scored sums], or {field: sum} for any other set
+                           ranks     flat: each document, then its first ranks, `rank` where one
+                                     impression shows it there, `[rank, impressions]` where more do
+                           lists     [[list, impressions]] (kept for the list ideal only)
+                           e.g. [2,[[5,10],2,1.5,0.2,...],["d3",1,4,"d14",[2,2]],[]]. Formats 1
+                           and 2 wrote {"n": impressions, "c": {field: sum}, "r": {doc: {first
+                           rank: impressions}}, "l": lists}, read as they are.
 
 Beside it, a query's ranked lists of one bucket are a hash of
 ``<segment>\x1f<positions>`` -> impressions, where the positions are the list's
-documents as indices, comma-separated, into the keys of its group's ``"r"`` in
+documents as indices, comma-separated, into its group's ranked documents in
 their order (the order documents were first shown in the group, which never
 changes while the group lives). A list costs a few bytes a document instead of
 its ids, short enough for Redis to keep a small hash as a listpack. Format 1
@@ -31,11 +38,13 @@ are re-credited).
 `FORMAT_VERSION` numbers this layout. A store records it with the state and
 refuses state recorded with a version it cannot read (`check_format`): this one
 reads 1 (JSON list fields; state recorded before the number existed is version
-1) and 2, and records 2, which releases that read only 1 refuse.
+1), 2 (lists as positions) and 3 (groups by position), and records 3, which
+releases that read only 1 and 2 refuse.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -44,20 +53,23 @@ import orjson
 from stream_ndcg.drilldown import Row
 from stream_ndcg.engine import BatchOutcome, Group, QueryChange, QueryState, Revision
 from stream_ndcg.errors import ConfigError
+from stream_ndcg.vocabulary import IMPRESSIONS, dcg_at, judged_at, ndcg_at, scored_at
 
 # Bump it with any change to the layout above, and teach the stores to read the old one or to refuse it.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # What this release reads; it records FORMAT_VERSION over any of them.
-READABLE_FORMATS = ("1", "2")
+READABLE_FORMATS = ("1", "2", "3")
+# Every integer up to this is a double exactly.
+_EXACT_INTEGERS = 2**53
 
 
 def check_format(found: str | None) -> None:
     """Refuse state recorded in a format this release cannot read; None (nothing recorded) is
     state written before the version was recorded, which is version 1."""
     if found is not None and found not in READABLE_FORMATS:
+        readable = f"{', '.join(READABLE_FORMATS[:-1])} and {READABLE_FORMATS[-1]}"
         raise ConfigError(f"the stored state is in format version {found!r}, and this release reads versions "
-                          f"{' and '.join(READABLE_FORMATS)} only: run a release that reads it, or use another "
-                          "namespace")
+                          f"{readable} only: run a release that reads it, or use another namespace")
 
 
 def revisions_field(doc: str) -> str:
@@ -69,17 +81,48 @@ def group_field(bucket: int, segment: str) -> str:
 
 
 def encode_group(group: Group) -> str:
-    data = {
-        "n": group.impressions,
-        "c": group.credited,
-        "r": group.ranks,
-        "l": [[list(ranked), count] for ranked, count in group.lists.items()],
-    }
-    return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS).decode()
+    layout = _credited_layout(tuple(group.credited))
+    credited: list[Any] | dict[str, float] = group.credited
+    if layout is not None:
+        cutoffs, names = layout
+        credited = [cutoffs, *[_short_number(group.credited[name]) for name in names]]
+    if group.stored_ranks is None:
+        ranks: list[Any] = []
+        for doc, at in group.ranks.items():
+            ranks.append(doc)
+            ranks += [rank if count == 1 else [rank, count] for rank, count in at.items()]
+        group.stored_ranks = orjson.Fragment(orjson.dumps(ranks))
+    lists = [[list(ranked), count] for ranked, count in group.lists.items()]
+    return orjson.dumps([group.impressions, credited, group.stored_ranks, lists]).decode()
 
 
 def decode_group(raw: bytes | str) -> Group:
     data = orjson.loads(raw)
+    if isinstance(data, dict):
+        return _decode_named_group(data)
+    impressions, stored_credited, stored_ranks, stored_lists = data
+    if isinstance(stored_credited, list):
+        credited = dict(zip(_credited_names(tuple(stored_credited[0])), map(float, stored_credited[1:]),
+                            strict=True))
+    else:
+        credited = stored_credited
+    ranks: dict[str, dict[int, int]] = {}
+    at: dict[int, int] = {}
+    for item in stored_ranks:
+        if type(item) is str:
+            at = ranks[item] = {}
+        elif type(item) is int:
+            at[item] = 1
+        else:
+            at[item[0]] = item[1]
+    # Kept encoded for the group's next write (a judgment rewrites it with these ranks, most often).
+    return Group(impressions=impressions, credited=credited, ranks=ranks,
+                 lists={tuple(ranked): count for ranked, count in stored_lists},
+                 stored_ranks=orjson.Fragment(orjson.dumps(stored_ranks)))
+
+
+def _decode_named_group(data: dict[str, Any]) -> Group:
+    """A group of formats 1 and 2."""
     return Group(
         impressions=data["n"],
         credited=data["c"],
@@ -87,6 +130,30 @@ def decode_group(raw: bytes | str) -> Group:
         ranks={doc: {int(rank): count for rank, count in at.items()} for doc, at in data["r"].items()},
         lists={tuple(ranked): count for ranked, count in data["l"]},
     )
+
+
+@functools.cache
+def _credited_names(cutoffs: tuple[int, ...]) -> tuple[str, ...]:
+    """The stored order of a group's credited figures when they are those of `cutoffs`."""
+    return (IMPRESSIONS, *(name(k) for k in cutoffs for name in (dcg_at, judged_at, ndcg_at, scored_at)))
+
+
+@functools.cache
+def _credited_layout(names: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
+    """The cut-offs whose figures `names` are, all of them and nothing else, with those figures in
+    the stored order; None for any other set of names (stored by name)."""
+    try:
+        cutoffs = tuple(int(name.removeprefix("dcg@")) for name in names if name.startswith("dcg@"))
+    except ValueError:
+        return None
+    ordered = _credited_names(cutoffs)
+    return (cutoffs, ordered) if sorted(ordered) == sorted(names) else None
+
+
+def _short_number(value: float) -> float | int:
+    """A whole number as an integer: '2' instead of '2.0', read back as an equal double (-0.0 as
+    0.0, which no sum tells apart)."""
+    return int(value) if value.is_integer() and abs(value) < _EXACT_INTEGERS else value
 
 
 def revisions_tail(revisions: list[Revision]) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from stream_ndcg import redis_store
+from stream_ndcg import redis_store, state_format
 from stream_ndcg.devtools.servers import RedisClusterNodes, RedisServer
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
@@ -119,21 +119,22 @@ def test_state_in_a_later_format_is_refused_and_earlier_state_is_recorded_as_tod
     client, raw = connect(redis_server.url), redis.Redis.from_url(redis_server.url)
     store = RedisStore(client, namespace=namespace, bucket_ms=BUCKET, horizon_ms=HORIZON, state_ttl_ms=HORIZON)
     config, key = {"k": [3, 10]}, f"{{{namespace}}}:format"
+    today = str(state_format.FORMAT_VERSION).encode()
     assert store.adopt(config) is False
-    assert raw.get(key) == b"2"
-    # As the release before the version was recorded left it, and as release 0.1.0 recorded it:
-    # read, and recorded as today's.
-    for earlier in (None, "1"):
+    assert raw.get(key) == today == b"3"
+    # As the release before the version was recorded left it, as release 0.1.0 recorded it, and as
+    # the release before the compact groups recorded it: read, and recorded as today's.
+    for earlier in (None, "1", "2"):
         if earlier is None:
             raw.delete(key)
         else:
             raw.set(key, earlier)
         assert store.adopt(config) is False
-        assert raw.get(key) == b"2"
-    raw.set(key, "3")
-    with pytest.raises(ConfigError, match="format version '3'"):
+        assert raw.get(key) == today
+    raw.set(key, "4")
+    with pytest.raises(ConfigError, match="format version '4'"):
         store.adopt(config, rebuild=True)
-    assert raw.get(key) == b"3"
+    assert raw.get(key) == b"4"
     client.close()
     raw.close()
 

@@ -96,6 +96,14 @@ def test_every_rendered_object_fits_its_schema(values: str, operator_schemas: di
             kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
 
 
+def test_the_rollout_is_kubernetes_default_unless_a_strategy_is_set() -> None:
+    def strategy(values: str) -> Any:
+        return next(d for d in render(values) if d["kind"] == "Deployment")["spec"].get("strategy")
+
+    assert strategy("default") is None
+    assert strategy("maximal") == {"type": "Recreate"}
+
+
 @pytest.mark.parametrize("values", VALUES)
 def test_the_pod_meets_the_restricted_pod_security_standard(values: str) -> None:
     deployment = next(d for d in render(values) if d["kind"] == "Deployment")

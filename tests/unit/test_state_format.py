@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from stream_ndcg import state_format
-from stream_ndcg.engine import Engine, QueryState
+from stream_ndcg.engine import Engine, Group, QueryState
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import parse_event
 from stream_ndcg.metric import Measure
@@ -59,6 +59,36 @@ def test_a_state_round_trips_with_its_ranks_as_integers() -> None:
     assert again.grades() == {"b": 2.0}
 
 
+def test_a_group_is_stored_with_its_figures_by_position_and_read_back_equal() -> None:
+    group = Group(impressions=3, credited={"impressions": 3.0, "dcg@3": 2.5, "judged@3": 1 / 3, "ndcg@3": 0.1 + 0.2,
+                                           "scored@3": 2.0, "dcg@1": 1e300, "judged@1": -0.0, "ndcg@1": 0.0,
+                                           "scored@1": 0.0},
+                  ranks={"b": {1: 1, 3: 2}, "a": {2: 3}}, lists={("b", "a"): 1})
+    stored = state_format.encode_group(group)
+    assert "dcg@" not in stored and '"b",1,[3,2],"a",[2,3]' in stored
+    again = state_format.decode_group(stored)
+    assert again == group
+    assert list(again.ranks) == ["b", "a"] and all(type(v) is float for v in again.credited.values())
+    # Kept until the ranks change, and then encoded anew.
+    assert state_format.decode_group(state_format.encode_group(again)) == group
+    again.add_list(("c",), 1, 3, keep_list=False)
+    assert state_format.decode_group(state_format.encode_group(again)).ranks["c"] == {1: 1}
+
+
+@pytest.mark.parametrize("credited", [{}, {"impressions": 1.0, "dcg@3": 0.5}, {"impressions": 1.0, "other": 2.0}])
+def test_figures_that_are_not_all_those_of_their_cutoffs_are_stored_by_name(credited: dict[str, float]) -> None:
+    group = Group(impressions=1, credited=credited, ranks={"a": {1: 1}})
+    assert state_format.decode_group(state_format.encode_group(group)) == group
+
+
+def test_a_group_of_format_2_is_read() -> None:
+    written_by_format_2 = ('{"n":2,"c":{"impressions":2.0,"dcg@3":1.5,"judged@3":0.5,"ndcg@3":0.25,"scored@3":1.0},'
+                           '"r":{"d3":{"1":1,"3":1},"d1":{"2":2}},"l":[[["d3","d1"],1]]}')
+    assert state_format.decode_group(written_by_format_2) == Group(
+        impressions=2, credited={"impressions": 2.0, "dcg@3": 1.5, "judged@3": 0.5, "ndcg@3": 0.25, "scored@3": 1.0},
+        ranks={"d3": {1: 1, 3: 1}, "d1": {2: 2}}, lists={("d3", "d1"): 1})
+
+
 def test_list_and_aggregate_fields_decode_to_what_was_encoded() -> None:
     positions = {"y": 0, "x": 1, "z": 2}
     field = state_format.list_field('{"v":"a|b"}', ("x", "y", "x"), positions)
@@ -74,14 +104,14 @@ def test_list_and_aggregate_fields_decode_to_what_was_encoded() -> None:
     assert float(state_format.encode_sum(0.1 + 0.2)) == 0.1 + 0.2
 
 
-@pytest.mark.parametrize("found", [None, "1", str(state_format.FORMAT_VERSION)])
+@pytest.mark.parametrize("found", [None, "1", "2", str(state_format.FORMAT_VERSION)])
 def test_todays_format_the_previous_one_and_state_without_a_version_are_read(found: str | None) -> None:
     state_format.check_format(found)
 
 
-@pytest.mark.parametrize("found", ["3", "0", "v1", "", "1,2"])
+@pytest.mark.parametrize("found", ["4", "0", "v1", "", "1,2"])
 def test_another_format_is_refused_saying_what_was_found(found: str) -> None:
-    with pytest.raises(ConfigError, match=f"format version {found!r}, and this release reads versions 1 and 2 only"):
+    with pytest.raises(ConfigError, match=f"format version {found!r}, and this release reads versions 1, 2 and 3 only"):
         state_format.check_format(found)
 
 
@@ -91,11 +121,11 @@ def test_the_memory_store_records_the_format_and_refuses_another_rebuild_or_not(
     assert store.adopt({"k": [10]}) is False
     assert store.format_version == str(state_format.FORMAT_VERSION)
     # As if a later release had written the state.
-    store.format_version = "3"
+    store.format_version = "4"
     for rebuild in (False, True):
-        with pytest.raises(ConfigError, match="format version '3'"):
+        with pytest.raises(ConfigError, match="format version '4'"):
             store.adopt({"k": [10]}, rebuild=rebuild)
-    assert store.format_version == "3"
+    assert store.format_version == "4"
 
 
 def test_a_query_state_without_fields_is_empty() -> None:
