@@ -30,7 +30,8 @@ wrote JSON ``[segment, list]`` fields: they are still read, and a hash may hold
 both forms of one list (their impressions add up). The aggregate sums of one bucket a hash
 of ``<segment>|<field>`` -> sum (field names from `vocabulary`), and the
 drill-down rows of one bucket a hash of ``<segment>\x1f<query>`` -> the row's
-values, comma-separated in `drilldown.row_fields` order (a row holds the sums
+values, comma-separated in `drilldown.row_fields` order, whole numbers without
+'.0' since format 3 (a row holds the sums
 of one group; rows arrived with format version 1 and are optional: state
 written before them has none, and the drill-down sees its groups once they
 are re-credited).
@@ -59,8 +60,6 @@ from stream_ndcg.vocabulary import IMPRESSIONS, dcg_at, judged_at, ndcg_at, scor
 FORMAT_VERSION = 3
 # What this release reads; it records FORMAT_VERSION over any of them.
 READABLE_FORMATS = ("1", "2", "3")
-# Every integer up to this is a double exactly.
-_EXACT_INTEGERS = 2**53
 
 
 def check_format(found: str | None) -> None:
@@ -82,10 +81,11 @@ def group_field(bucket: int, segment: str) -> str:
 
 def encode_group(group: Group) -> str:
     layout = _credited_layout(tuple(group.credited))
-    credited: list[Any] | dict[str, float] = group.credited
+    credited: orjson.Fragment | dict[str, float] = group.credited
     if layout is not None:
         cutoffs, names = layout
-        credited = [cutoffs, *[_short_number(group.credited[name]) for name in names]]
+        sums = [cutoffs, *[group.credited[name] for name in names]]
+        credited = orjson.Fragment(_whole_numbers_short(orjson.dumps(sums)))
     if group.stored_ranks is None:
         ranks: list[Any] = []
         for doc, at in group.ranks.items():
@@ -150,10 +150,12 @@ def _credited_layout(names: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[str
     return (cutoffs, ordered) if sorted(ordered) == sorted(names) else None
 
 
-def _short_number(value: float) -> float | int:
-    """A whole number as an integer: '2' instead of '2.0', read back as an equal double (-0.0 as
-    0.0, which no sum tells apart)."""
-    return int(value) if value.is_integer() and abs(value) < _EXACT_INTEGERS else value
+def _whole_numbers_short(encoded: bytes) -> bytes:
+    """JSON numbers written by orjson with '2' for '2.0': it writes a whole double below 1e16 with
+    '.0' (and larger ones with an exponent), so the integer read back is the same double (-0.0
+    comes back as 0.0, which no sum tells apart). Only for JSON that holds no strings."""
+    shorter = encoded.replace(b".0,", b",").replace(b".0]", b"]")
+    return shorter[:-2] if shorter.endswith(b".0") else shorter
 
 
 def revisions_tail(revisions: list[Revision]) -> str:
@@ -270,11 +272,11 @@ def decode_row_field(raw: bytes | str) -> tuple[str, str]:
 def encode_row(row: Row) -> str:
     # orjson writes each double as the shortest text that reads back as the same double (as
     # repr does), in C: a row is written for every group a batch re-credits.
-    return orjson.dumps(row).decode()[1:-1]
+    return _whole_numbers_short(orjson.dumps(row)).decode()[1:-1]
 
 
 def decode_row(raw: bytes | str) -> Row:
-    return tuple(orjson.loads(b"[" + (raw if isinstance(raw, bytes) else raw.encode()) + b"]"))
+    return tuple(map(float, orjson.loads(b"[" + (raw if isinstance(raw, bytes) else raw.encode()) + b"]")))
 
 
 def row_writes(outcome: BatchOutcome) -> dict[int, list[str]]:

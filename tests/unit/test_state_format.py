@@ -65,7 +65,8 @@ def test_a_group_is_stored_with_its_figures_by_position_and_read_back_equal() ->
                                            "scored@1": 0.0},
                   ranks={"b": {1: 1, 3: 2}, "a": {2: 3}}, lists={("b", "a"): 1})
     stored = state_format.encode_group(group)
-    assert "dcg@" not in stored and '"b",1,[3,2],"a",[2,3]' in stored
+    assert '[[3,1],3,2.5,0.3333333333333333,0.30000000000000004,2,1e+300,-0,0,0]' in stored
+    assert '"b",1,[3,2],"a",[2,3]' in stored
     again = state_format.decode_group(stored)
     assert again == group
     assert list(again.ranks) == ["b", "a"] and all(type(v) is float for v in again.credited.values())
@@ -79,6 +80,14 @@ def test_a_group_is_stored_with_its_figures_by_position_and_read_back_equal() ->
 def test_figures_that_are_not_all_those_of_their_cutoffs_are_stored_by_name(credited: dict[str, float]) -> None:
     group = Group(impressions=1, credited=credited, ranks={"a": {1: 1}})
     assert state_format.decode_group(state_format.encode_group(group)) == group
+
+
+def test_a_row_is_written_with_whole_numbers_short_and_read_back_as_the_same_doubles() -> None:
+    row = (3.0, 0.0, -0.0, 2.5, 1e-7, 1e16, 123456789012345.0, 0.1 + 0.2, 7.0)
+    stored = state_format.encode_row(row)
+    assert stored == "3,0,-0,2.5,1e-7,1e+16,123456789012345,0.30000000000000004,7"
+    again = state_format.decode_row(stored)
+    assert again == row and all(type(value) is float for value in again)
 
 
 def test_a_group_of_format_2_is_read() -> None:
