@@ -88,9 +88,11 @@ def encode_group(group: Group) -> str:
         credited = orjson.Fragment(_whole_numbers_short(orjson.dumps(sums)))
     if group.stored_ranks is None:
         ranks: list[Any] = []
+        append = ranks.append
         for doc, at in group.ranks.items():
-            ranks.append(doc)
-            ranks += [rank if count == 1 else [rank, count] for rank, count in at.items()]
+            append(doc)
+            for rank, count in at.items():
+                append(rank if count == 1 else [rank, count])
         group.stored_ranks = orjson.Fragment(orjson.dumps(ranks))
     lists = [[list(ranked), count] for ranked, count in group.lists.items()]
     return orjson.dumps([group.impressions, credited, group.stored_ranks, lists]).decode()
