@@ -86,16 +86,16 @@ def encode_group(group: Group) -> str:
         cutoffs, names = layout
         sums = [cutoffs, *[group.credited[name] for name in names]]
         credited = orjson.Fragment(_whole_numbers_short(orjson.dumps(sums)))
-    if group.stored_ranks is None:
-        ranks: list[Any] = []
+    if group.flat_ranks is None:
+        ranks: list[object] = []
         append = ranks.append
         for doc, at in group.ranks.items():
             append(doc)
             for rank, count in at.items():
                 append(rank if count == 1 else [rank, count])
-        group.stored_ranks = orjson.Fragment(orjson.dumps(ranks))
+        group.flat_ranks = ranks
     lists = [[list(ranked), count] for ranked, count in group.lists.items()]
-    return orjson.dumps([group.impressions, credited, group.stored_ranks, lists]).decode()
+    return orjson.dumps([group.impressions, credited, group.flat_ranks, lists]).decode()
 
 
 def decode_group(raw: bytes | str) -> Group:
@@ -104,7 +104,7 @@ def decode_group(raw: bytes | str) -> Group:
         return _decode_named_group(data)
     impressions, stored_credited, stored_ranks, stored_lists = data
     if isinstance(stored_credited, list):
-        credited = dict(zip(_credited_names(tuple(stored_credited[0])), map(float, stored_credited[1:]),
+        credited = dict(zip(_sums_in_stored_order(tuple(stored_credited[0])), map(float, stored_credited[1:]),
                             strict=True))
     else:
         credited = stored_credited
@@ -117,10 +117,9 @@ def decode_group(raw: bytes | str) -> Group:
             at[item] = 1
         else:
             at[item[0]] = item[1]
-    # Kept encoded for the group's next write (a judgment rewrites it with these ranks, most often).
+    # Kept flat for the group's next write (a judgment rewrites it with these ranks, most often).
     return Group(impressions=impressions, credited=credited, ranks=ranks,
-                 lists={tuple(ranked): count for ranked, count in stored_lists},
-                 stored_ranks=orjson.Fragment(orjson.dumps(stored_ranks)))
+                 lists={tuple(ranked): count for ranked, count in stored_lists}, flat_ranks=stored_ranks)
 
 
 def _decode_named_group(data: dict[str, Any]) -> Group:
@@ -135,7 +134,7 @@ def _decode_named_group(data: dict[str, Any]) -> Group:
 
 
 @functools.cache
-def _credited_names(cutoffs: tuple[int, ...]) -> tuple[str, ...]:
+def _sums_in_stored_order(cutoffs: tuple[int, ...]) -> tuple[str, ...]:
     """The stored order of a group's credited figures when they are those of `cutoffs`."""
     return (IMPRESSIONS, *(name(k) for k in cutoffs for name in (dcg_at, judged_at, ndcg_at, scored_at)))
 
@@ -148,16 +147,15 @@ def _credited_layout(names: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[str
         cutoffs = tuple(int(name.removeprefix("dcg@")) for name in names if name.startswith("dcg@"))
     except ValueError:
         return None
-    ordered = _credited_names(cutoffs)
+    ordered = _sums_in_stored_order(cutoffs)
     return (cutoffs, ordered) if sorted(ordered) == sorted(names) else None
 
 
 def _whole_numbers_short(encoded: bytes) -> bytes:
-    """JSON numbers written by orjson with '2' for '2.0': it writes a whole double below 1e16 with
-    '.0' (and larger ones with an exponent), so the integer read back is the same double (-0.0
-    comes back as 0.0, which no sum tells apart). Only for JSON that holds no strings."""
-    shorter = encoded.replace(b".0,", b",").replace(b".0]", b"]")
-    return shorter[:-2] if shorter.endswith(b".0") else shorter
+    """A JSON array of numbers written by orjson, with '2' for '2.0': it writes a whole double below
+    1e16 with '.0' (and larger ones with an exponent), so the integer read back is the same double
+    (-0.0 comes back as 0.0, which no sum tells apart). Only for arrays that hold no strings."""
+    return encoded.replace(b".0,", b",").replace(b".0]", b"]")
 
 
 def revisions_tail(revisions: list[Revision]) -> str:

@@ -122,8 +122,9 @@ def test_state_in_a_later_format_is_refused_and_earlier_state_is_recorded_as_tod
     today = str(state_format.FORMAT_VERSION).encode()
     assert store.adopt(config) is False
     assert raw.get(key) == today == b"3"
-    # As the release before the version was recorded left it, as release 0.1.0 recorded it, and as
-    # the release before the compact groups recorded it: read, and recorded as today's.
+    # As the releases before the version was recorded left it (0.1.0 among them), as the first ones
+    # that recorded it did, and as the release before the compact groups did: read, and recorded
+    # as today's.
     for earlier in (None, "1", "2"):
         if earlier is None:
             raw.delete(key)
