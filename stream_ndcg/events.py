@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from stream_ndcg.metric import MAX_ABS_GRADE
+from stream_ndcg.metric import MAX_ABS_GRADE, MIN_ABS_GRADE
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
@@ -287,4 +287,6 @@ def _judgment(obj: dict[str, Any], limits: Limits) -> Judgment:
         grade = float(grade) if abs(grade) <= MAX_ABS_GRADE else math.inf
         if not math.isfinite(grade):
             raise _Invalid("grade_out_of_range", f"|grade| must be at most {MAX_ABS_GRADE:g}")
+        if 0.0 < abs(grade) < MIN_ABS_GRADE:
+            raise _Invalid("grade_out_of_range", f"|grade| must be 0 or at least {MIN_ABS_GRADE:g}")
     return Judgment(query_id=query_id, doc_id=doc_id, grade=grade, ts=ts, event_id=event_id)

@@ -48,6 +48,9 @@ DEFAULT_IDEAL: Ideal = "pool"
 
 # 2**100 is far beyond any grading scale and keeps every sum finite.
 MAX_ABS_GRADE = 100.0
+# The smallest |grade| but 0. An nDCG is a DCG over an ideal: over an ideal made of tinier grades
+# alone, a list's negative DCG overflows to -inf, which no sum can hold.
+MIN_ABS_GRADE = 1e-100
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ BAD: list[tuple[str, bytes | str | None, str]] = [
     ("grade boolean", encode(JUDGMENT | {"grade": True}), "invalid_grade"),
     ("grade huge", encode(JUDGMENT | {"grade": 1e300}), "grade_out_of_range"),
     ("grade huge integer", encode(JUDGMENT | {"grade": 10**400}), "grade_out_of_range"),
+    ("grade tiny", encode(JUDGMENT | {"grade": -5e-324}), "grade_out_of_range"),
     ("lone surrogate in an id", b'{"type":"judgment","query_id":"q\\ud800","doc_id":"d","grade":1,"ts":1}',
      "invalid_string"),
     ("lone surrogate in a result", encode(IMPRESSION).replace(b'"d4"', b'"\\udfff"'), "invalid_string"),

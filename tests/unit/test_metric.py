@@ -138,6 +138,22 @@ def test_ideal_dcg_of_zero_gives_an_undefined_ndcg() -> None:
     assert score_list([], {}, Measure()).ndcg == {5: None, 10: None}
 
 
+@pytest.mark.parametrize("gain_formula", ["linear", "exponential"])
+def test_at_the_limits_of_a_grade_every_score_is_finite(gain_formula: str) -> None:
+    measure = Measure(cutoffs=(10,), gain=gain_formula, ideal="pool")  # type: ignore[arg-type]
+    shown = [f"bad{i}" for i in range(9)] + ["good"]
+
+    def scores(smallest: float) -> list[float | None]:
+        grades = {"good": smallest, **dict.fromkeys(shown[:-1], -metric.MAX_ABS_GRADE)}
+        score = score_list(shown, grades, measure)
+        return [score.dcg[10], score.ndcg[10]]
+
+    assert all(value is None or math.isfinite(value) for value in scores(metric.MIN_ABS_GRADE))
+    if gain_formula == "linear":
+        # What the lower limit keeps out: an ideal of one tinier grade, and an nDCG of -inf.
+        assert scores(5e-324)[1] == -math.inf
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
