@@ -79,13 +79,13 @@ class Group:
     # group from them (`Engine._recredit`). Under the pool ideal most rows a judgment rewrites are
     # renormalised only, and reuse them.
     exposure: tuple[float, ...] | None = field(default=None, repr=False, compare=False)
-    # The ranks flattened as the store writes them (`state_format.encode_group`), kept until they
-    # change: under the pool ideal a judgment rewrites every group of its query, most of them with
-    # the ranks they had.
-    flat_ranks: list[object] | None = field(default=None, repr=False, compare=False)
+    # The ranks as the store writes them (`state_format.encode_group`), kept until they change:
+    # under the pool ideal a judgment rewrites every group of its query, most of them with the
+    # ranks they had.
+    encoded_ranks: str | None = field(default=None, repr=False, compare=False)
 
     def add_list(self, ranked: tuple[str, ...], count: int, depth: int, *, keep_list: bool) -> None:
-        self.flat_ranks = None
+        self.encoded_ranks = None
         if keep_list:
             self.lists[ranked] = self.lists.get(ranked, 0) + count
         shown = self._shown_at

@@ -81,21 +81,21 @@ def group_field(bucket: int, segment: str) -> str:
 
 def encode_group(group: Group) -> str:
     layout = _credited_layout(tuple(group.credited))
-    credited: orjson.Fragment | dict[str, float] = group.credited
-    if layout is not None:
+    if layout is None:
+        credited = orjson.dumps(group.credited)
+    else:
         cutoffs, names = layout
-        sums = [cutoffs, *[group.credited[name] for name in names]]
-        credited = orjson.Fragment(_whole_numbers_short(orjson.dumps(sums)))
-    if group.flat_ranks is None:
+        credited = _whole_numbers_short(orjson.dumps([cutoffs, *[group.credited[name] for name in names]]))
+    if group.encoded_ranks is None:
         ranks: list[object] = []
         append = ranks.append
         for doc, at in group.ranks.items():
             append(doc)
             for rank, count in at.items():
                 append(rank if count == 1 else [rank, count])
-        group.flat_ranks = ranks
-    lists = [[list(ranked), count] for ranked, count in group.lists.items()]
-    return orjson.dumps([group.impressions, credited, group.flat_ranks, lists]).decode()
+        group.encoded_ranks = _kept(ranks)
+    lists = orjson.dumps([[list(ranked), count] for ranked, count in group.lists.items()])
+    return f"[{group.impressions},{credited.decode()},{group.encoded_ranks},{lists.decode()}]"
 
 
 def decode_group(raw: bytes | str) -> Group:
@@ -117,9 +117,15 @@ def decode_group(raw: bytes | str) -> Group:
             at[item] = 1
         else:
             at[item[0]] = item[1]
-    # Kept flat for the group's next write (a judgment rewrites it with these ranks, most often).
+    # Kept encoded for the group's next write (a judgment rewrites it with these ranks, most often).
     return Group(impressions=impressions, credited=credited, ranks=ranks,
-                 lists={tuple(ranked): count for ranked, count in stored_lists}, flat_ranks=stored_ranks)
+                 lists={tuple(ranked): count for ranked, count in stored_lists},
+                 encoded_ranks=_kept(stored_ranks))
+
+
+def _kept(value: object) -> str:
+    """JSON to keep: a str copy, since the bytes orjson returns hold about 4 KB whatever their length."""
+    return orjson.dumps(value).decode()
 
 
 def _decode_named_group(data: dict[str, Any]) -> Group:
@@ -165,7 +171,7 @@ def revisions_tail(revisions: list[Revision]) -> str:
 
 def state_fields(state: QueryState) -> dict[bytes, bytes]:
     """The whole state as hash fields, as a Redis client would return them."""
-    fields = {revisions_field(doc).encode(): orjson.dumps(seen) for doc, seen in state.revisions.items()}
+    fields = {revisions_field(doc).encode(): _kept(seen).encode() for doc, seen in state.revisions.items()}
     for (bucket, segment), group in state.groups.items():
         fields[group_field(bucket, segment).encode()] = encode_group(group).encode()
     return fields
