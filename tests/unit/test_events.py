@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stream_ndcg.events import DEFAULT_LIMITS, MAX_TS_MS, Impression, InvalidEvent, Judgment, Limits, parse_event
-from stream_ndcg.metric import MAX_ABS_GRADE
+from stream_ndcg.metric import MAX_ABS_GRADE, MIN_ABS_GRADE
 from tests.support.events import BAD, IMPRESSION, JUDGMENT, encode, without
 
 
@@ -116,7 +116,7 @@ def faults(obj: dict[str, object]) -> set[str]:
     elif (grade := obj["grade"]) is not None:
         if isinstance(grade, bool) or not isinstance(grade, int | float):
             found.add("invalid_grade")
-        elif abs(grade) > MAX_ABS_GRADE:
+        elif abs(grade) > MAX_ABS_GRADE or 0 < abs(grade) < MIN_ABS_GRADE:
             found.add("grade_out_of_range")
     return found
 
