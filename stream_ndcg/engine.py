@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from stream_ndcg.drilldown import Row, group_row
 from stream_ndcg.events import Event, Impression, InvalidEvent, Judgment, revision_precedence
-from stream_ndcg.metric import Measure, first_occurrences, ideal_dcgs, list_sums, pooled_ndcg, pooled_sums, score_list
+from stream_ndcg.metric import Measure, first_occurrences, ideal_dcg, list_sums, pooled_ndcg, pooled_sums, score_list
 from stream_ndcg.vocabulary import (
     IMPRESSION,
     IMPRESSIONS,
@@ -379,13 +379,9 @@ class Engine:
             return
         grades = state.grades()
         pool = self.measure.ideal == "pool"
-        # The pool ideal's gains, once per query rather than once per group recomputed (a linear
-        # gain is the grade itself).
-        gains: Mapping[str, float] = {}
-        if pool:
-            gains = grades if self.measure.gain == "linear" else {
-                doc: self.measure.gain_of(grade) for doc, grade in grades.items()}
-        ideals = ideal_dcgs(gains.values(), self.measure.cutoffs) if pool else {}
+        # The pool ideal's gains, once per query rather than once per group recomputed.
+        gains = {doc: self.measure.gain_of(grade) for doc, grade in grades.items()} if pool else {}
+        ideals = {k: ideal_dcg(gains.values(), k) for k in self.measure.cutoffs} if pool else {}
         renormalise = bool(todo.docs) and pool
         todo.dirty.update(todo.groups)
         for key, group in state.groups.items():

@@ -125,14 +125,6 @@ def ideal_dcg(gains: Iterable[float], k: int) -> float:
     return math.fsum(discounted(g, rank) for rank, g in enumerate(best, start=1))
 
 
-def ideal_dcgs(gains: Iterable[float], cutoffs: Iterable[int]) -> dict[int, float]:
-    """`ideal_dcg` at each cut-off, from one pass over the gains: the k largest are a prefix of
-    the deepest cut-off's."""
-    ks = list(cutoffs)
-    best = heapq.nlargest(max(ks, default=0), (g for g in gains if g > 0.0))
-    return {k: math.fsum(discounted(g, rank) for rank, g in enumerate(best[:k], start=1)) for k in ks}
-
-
 def ndcg(dcg_value: float, ideal_value: float) -> float | None:
     """nDCG, or None where the ideal DCG is 0 and the ratio means nothing."""
     return dcg_value / ideal_value if ideal_value > 0.0 else None

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stream_ndcg.engine import Group
-from stream_ndcg.metric import Measure, ideal_dcg, ideal_dcgs, list_sums, ndcg_sums, pooled_sums, score_list
+from stream_ndcg.metric import Measure, ideal_dcg, list_sums, ndcg_sums, pooled_sums, score_list
 from stream_ndcg.vocabulary import dcg_at, judged_at, ndcg_at, scored_at
 
 docs = st.sampled_from("abcdefg")
@@ -18,11 +18,6 @@ grades = st.dictionaries(docs, st.sampled_from([-1.0, 0.0, 1.0, 2.0, 3.0]))
 def test_an_undefined_ndcg_adds_to_neither_sum() -> None:
     assert ndcg_sums([(0.5, 2), (None, 3), (1.5, 4)]) == (2.0, 6.0)
     assert ndcg_sums([(None, 3)]) == (0.0, 0.0)
-
-
-@given(st.lists(st.floats(-3.0, 1e6)), st.lists(st.integers(1, 12), max_size=4))
-def test_the_ideal_at_every_cutoff_at_once_is_the_ideal_at_each(gains: list[float], cutoffs: list[int]) -> None:
-    assert ideal_dcgs(iter(gains), cutoffs) == {k: ideal_dcg(gains, k) for k in cutoffs}
 
 
 @given(lists, grades, st.sampled_from(["exponential", "linear"]))
