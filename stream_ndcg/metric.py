@@ -34,7 +34,7 @@ import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from stream_ndcg.vocabulary import dcg_at, judged_at, ndcg_at, scored_at
 
@@ -145,9 +145,9 @@ def first_occurrences(results: Sequence[str], depth: int) -> list[tuple[int, str
     return ranked
 
 
-@dataclass(frozen=True)
-class ListScore:
-    """DCG, nDCG (None when undefined) and judged ratio of one list, by cut-off."""
+class ListScore(NamedTuple):
+    """DCG, nDCG (None when undefined) and judged ratio of one list, by cut-off (a named tuple, like
+    the events, so that the replay's scores cost the garbage collector nothing once seen)."""
 
     dcg: dict[int, float]
     ndcg: dict[int, float | None]
@@ -164,26 +164,40 @@ def score_list(
     `grades` holds every current judgment of the query; with the pool ideal the
     judged documents that the list does not show still raise its ideal DCG.
     """
-    ranked = first_occurrences(results, measure.depth)
-    gains_by_rank = [0.0] * min(len(results), measure.depth)
-    judged_ranks: list[int] = []
-    for rank, doc in ranked:
-        grade = grades.get(doc)
-        if grade is not None:
-            gains_by_rank[rank - 1] = measure.gain_of(grade)
-            judged_ranks.append(rank)
-    if measure.ideal == "pool":
-        ideal_pool = [measure.gain_of(g) for g in grades.values()]
-    else:
-        ideal_pool = [measure.gain_of(grades[doc]) for _, doc in ranked if doc in grades]
-    dcgs: dict[int, float] = {}
-    ndcgs: dict[int, float | None] = {}
-    judged: dict[int, float] = {}
-    for k in measure.cutoffs:
-        dcgs[k] = dcg(gains_by_rank, k)
-        ndcgs[k] = ndcg(dcgs[k], ideal_dcg(ideal_pool, k))
-        judged[k] = sum(1 for rank in judged_ranks if rank <= k) / k
-    return ListScore(dcg=dcgs, ndcg=ndcgs, judged_ratio=judged)
+    return ListScorer(grades, measure).score(results)
+
+
+class ListScorer:
+    """`score_list` for the lists of one query: the gains, and the pool ideal's DCGs, found once."""
+
+    def __init__(self, grades: Mapping[str, float], measure: Measure) -> None:
+        self.measure = measure
+        self.gains = {doc: measure.gain_of(grade) for doc, grade in grades.items()}
+        self.pool_ideals = ({k: ideal_dcg(self.gains.values(), k) for k in measure.cutoffs}
+                            if measure.ideal == "pool" else None)
+
+    def score(self, results: Sequence[str]) -> ListScore:
+        cutoffs = self.measure.cutoffs
+        depth = self.measure.depth
+        discount(depth)
+        discounts = _DISCOUNTS
+        gains = self.gains
+        # (rank, gain) of each judged document within the cut-offs, at its first rank.
+        judged = [(rank, gain_value) for rank, doc in first_occurrences(results, depth)
+                  if (gain_value := gains.get(doc)) is not None]
+        ideals = self.pool_ideals
+        if ideals is None:
+            ideals = {k: ideal_dcg([gain_value for _, gain_value in judged], k) for k in cutoffs}
+        dcgs: dict[int, float] = {}
+        ndcgs: dict[int, float | None] = {}
+        judged_ratios: dict[int, float] = {}
+        for k in cutoffs:
+            # A zero gain adds nothing, not even the sign of a negative zero.
+            dcgs[k] = value = math.fsum([gain_value * discounts[rank]
+                                         for rank, gain_value in judged if rank <= k and gain_value])
+            ndcgs[k] = ndcg(value, ideals[k])
+            judged_ratios[k] = sum([1 for rank, _ in judged if rank <= k]) / k
+        return ListScore(dcg=dcgs, ndcg=ndcgs, judged_ratio=judged_ratios)
 
 
 def ndcg_sums(ndcgs: Iterable[tuple[float | None, int]]) -> tuple[float, float]:

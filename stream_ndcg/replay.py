@@ -18,21 +18,29 @@ partition's).
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from stream_ndcg.drilldown import add_into, figures, group_tops, impression_row, row_fields
-from stream_ndcg.events import DEFAULT_LIMITS, Impression, InvalidEvent, Judgment, Limits, parse_event
-from stream_ndcg.metric import ListScore, Measure, list_sums, score_list
+from stream_ndcg.events import DEFAULT_LIMITS, Impression, InvalidEvent, Limits, parse_event
+from stream_ndcg.metric import ListScore, ListScorer, Measure, ndcg_sums
 from stream_ndcg.setting_values import format_duration
-from stream_ndcg.vocabulary import IMPRESSION, IMPRESSIONS, JUDGMENT, full_segment_key, scored_at
+from stream_ndcg.vocabulary import (
+    IMPRESSION,
+    IMPRESSIONS,
+    JUDGMENT,
+    dcg_at,
+    full_segment_key,
+    judged_at,
+    ndcg_at,
+    scored_at,
+)
 from stream_ndcg.windows import means, oldest_kept_bucket
 
 
-@dataclass(frozen=True)
-class ScoredImpression:
+class ScoredImpression(NamedTuple):
     impression: Impression
     score: ListScore
 
@@ -49,11 +57,15 @@ class Replay:
         self.limits = limits
         # Given every message, in order, before it is parsed: `backfill.History.add` replays them too.
         self.tap = tap
-        self._impressions: list[Impression] = []
+        # The replay holds every event it keeps as a plain tuple of its fields: the garbage collector
+        # stops tracking a tuple of strings and numbers after one pass, never a named tuple, and
+        # full collections over hundreds of thousands of events took a tenth of a replay's time.
+        self._impressions: list[tuple[Any, ...]] = []
         # impression id -> the bucket of the clock when an impression with it was last accepted.
         self._impression_buckets: dict[str, int] = {}
-        self._winners: dict[str, dict[str, Judgment]] = {}
-        self._revisions: set[Judgment] = set()
+        # query -> doc -> (precedence, grade) of the greatest revision so far.
+        self._winners: dict[str, dict[str, tuple[tuple[int, bool, str, bool, float], float | None]]] = {}
+        self._revisions: set[tuple[Any, ...]] = set()
         self.duplicates: Counter[str] = Counter()
         self.rejected: Counter[str] = Counter()
         # The smallest event time applied, to notice files written in epoch seconds.
@@ -80,29 +92,34 @@ class Replay:
             else:
                 # Remembered from the clock's bucket, as the service remembers it.
                 self._impression_buckets[event.impression_id] = clock // self.bucket_ms
-                self._impressions.append(event)
+                self._impressions.append(tuple(event))
             return None
-        if event in self._revisions:
+        revision = tuple(event)
+        if revision in self._revisions:
             self.duplicates[JUDGMENT] += 1
             return None
-        self._revisions.add(event)
-        winners = self._winners.setdefault(event.query_id, {})
+        self._revisions.add(revision)
+        winners = self._winners.get(event.query_id)
+        if winners is None:
+            winners = self._winners[event.query_id] = {}
         current = winners.get(event.doc_id)
-        if current is None or event.precedence > current.precedence:
-            winners[event.doc_id] = event
+        precedence = event.precedence
+        if current is None or precedence > current[0]:
+            winners[event.doc_id] = (precedence, event.grade)
         return None
 
     def grades(self, query_id: str) -> dict[str, float]:
-        return {doc: j.grade for doc, j in self._winners.get(query_id, {}).items() if j.grade is not None}
+        return {doc: grade for doc, (_, grade) in self._winners.get(query_id, {}).items() if grade is not None}
 
     def scored(self) -> Iterator[ScoredImpression]:
         """Every distinct impression, scored with every judgment applied, in arrival order."""
-        grades_by_query: dict[str, dict[str, float]] = {}
-        for impression in self._impressions:
-            grades = grades_by_query.get(impression.query_id)
-            if grades is None:
-                grades = grades_by_query[impression.query_id] = self.grades(impression.query_id)
-            yield ScoredImpression(impression, score_list(impression.results, grades, self.measure))
+        scorers: dict[str, ListScorer] = {}
+        for fields in self._impressions:
+            impression = Impression._make(fields)
+            scorer = scorers.get(impression.query_id)
+            if scorer is None:
+                scorer = scorers[impression.query_id] = ListScorer(self.grades(impression.query_id), self.measure)
+            yield ScoredImpression(impression, scorer.score(impression.results))
 
     def per_impression(self) -> Iterator[dict[str, Any]]:
         for item in self.scored():
@@ -163,17 +180,23 @@ class Replay:
                        "k": {str(k): figures(row, i) for i, k in enumerate(self.measure.cutoffs)}}
 
     def summary(self) -> dict[str, Any]:
-        scored = list(self.scored())
-        by_segment: dict[str, dict[str, list[ListScore]]] = {}
-        for item in scored:
+        cutoffs = self.measure.cutoffs
+        overall = ScoreTotals(cutoffs)
+        by_segment: dict[str, dict[str, ScoreTotals]] = {}
+        for item in self.scored():
+            overall.add(item.score)
             for key, value in item.impression.segment:
-                by_segment.setdefault(key, {}).setdefault(value, []).append(item.score)
+                values = by_segment.get(key)
+                if values is None:
+                    values = by_segment[key] = {}
+                totals = values.get(value)
+                if totals is None:
+                    totals = values[value] = ScoreTotals(cutoffs)
+                totals.add(item.score)
         return {
-            "k": summarize([item.score for item in scored], self.measure.cutoffs),
-            "by_segment": {
-                key: {value: summarize(scores, self.measure.cutoffs) for value, scores in sorted(values.items())}
-                for key, values in sorted(by_segment.items())
-            },
+            "k": overall.means(),
+            "by_segment": {key: {value: totals.means() for value, totals in sorted(values.items())}
+                           for key, values in sorted(by_segment.items())},
             "events": {
                 IMPRESSION: len(self._impressions),
                 JUDGMENT: len(self._revisions),
@@ -183,12 +206,48 @@ class Replay:
         }
 
 
-def summarize(scores: list[ListScore], cutoffs: tuple[int, ...]) -> dict[str, dict[str, Any]]:
-    """Means per cut-off: nDCG over scored impressions, DCG and judged ratio over all (the
-    service's window means, over every impression)."""
-    sums = {IMPRESSIONS: float(len(scores)), **list_sums(((score, 1) for score in scores), cutoffs)}
-    rows = means(sums, cutoffs)
-    return {str(k): {"ndcg_mean": rows[str(k)]["ndcg_mean"], "dcg_mean": rows[str(k)]["dcg_mean"],
-                     "judged_ratio": rows[str(k)]["judged_ratio"],
-                     "scored_impressions": int(sums[scored_at(k)]), "impressions": len(scores)}
-            for k in cutoffs}
+class ScoreTotals:
+    """The aggregate fields of lists scored one by one (`metric.list_sums`, each list shown once),
+    gathered as they come: only their terms are kept, as floats, for `math.fsum`, rather than
+    every score."""
+
+    def __init__(self, cutoffs: tuple[int, ...]) -> None:
+        self.cutoffs = cutoffs
+        self.impressions = 0
+        # Per cut-off: every DCG, every defined nDCG, every judged ratio.
+        self._terms: dict[int, tuple[list[float], list[float], list[float]]] = {k: ([], [], []) for k in cutoffs}
+
+    def add(self, score: ListScore) -> None:
+        self.impressions += 1
+        for k, (dcgs, ndcgs, judged) in self._terms.items():
+            dcgs.append(score.dcg[k])
+            value = score.ndcg[k]
+            if value is not None:
+                ndcgs.append(value)
+            judged.append(score.judged_ratio[k])
+
+    def sums(self) -> dict[str, float]:
+        sums = {IMPRESSIONS: float(self.impressions)}
+        for k, (dcgs, ndcgs, judged) in self._terms.items():
+            sums[dcg_at(k)] = math.fsum(dcgs)
+            sums[ndcg_at(k)], sums[scored_at(k)] = ndcg_sums((value, 1) for value in ndcgs)
+            sums[judged_at(k)] = math.fsum(judged)
+        return sums
+
+    def means(self) -> dict[str, dict[str, Any]]:
+        """Means per cut-off: nDCG over scored impressions, DCG and judged ratio over all (the
+        service's window means, over every impression)."""
+        sums = self.sums()
+        rows = means(sums, self.cutoffs)
+        return {str(k): {"ndcg_mean": rows[str(k)]["ndcg_mean"], "dcg_mean": rows[str(k)]["dcg_mean"],
+                         "judged_ratio": rows[str(k)]["judged_ratio"],
+                         "scored_impressions": int(sums[scored_at(k)]), "impressions": self.impressions}
+                for k in self.cutoffs}
+
+
+def summarize(scores: Iterable[ListScore], cutoffs: tuple[int, ...]) -> dict[str, dict[str, Any]]:
+    """`ScoreTotals.means` of these scores."""
+    totals = ScoreTotals(cutoffs)
+    for score in scores:
+        totals.add(score)
+    return totals.means()

@@ -45,7 +45,7 @@ def TestOneInput(data: bytes) -> None:
         event = parse_event(message, limits)
         assert isinstance(event, ALLOWED_OUTCOMES), event
         if not isinstance(event, InvalidEvent):
-            json.dumps(event.__dict__, ensure_ascii=False).encode("utf-8")  # whatever is accepted can be stored
+            json.dumps(event._asdict(), ensure_ascii=False).encode("utf-8")  # whatever is accepted can be stored
 
 
 if __name__ == "__main__":

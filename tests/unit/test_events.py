@@ -6,9 +6,10 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from stream_ndcg import events
 from stream_ndcg.events import DEFAULT_LIMITS, MAX_TS_MS, Impression, InvalidEvent, Judgment, Limits, parse_event
 from stream_ndcg.metric import MAX_ABS_GRADE, MIN_ABS_GRADE
 from tests.support.events import BAD, IMPRESSION, JUDGMENT, encode, without
@@ -61,7 +62,7 @@ def test_no_bytes_make_the_parser_raise(raw: bytes) -> None:
     event = parse_event(raw)
     assert isinstance(event, Impression | Judgment | InvalidEvent)
     if not isinstance(event, InvalidEvent):
-        json.dumps(event.__dict__, ensure_ascii=False).encode("utf-8")  # whatever is accepted can be stored
+        json.dumps(event._asdict(), ensure_ascii=False).encode("utf-8")  # whatever is accepted can be stored
 
 
 def json_scalars(*, allow_infinity: bool) -> st.SearchStrategy[object]:
@@ -223,3 +224,83 @@ def test_a_byte_order_mark_has_its_own_reason_in_bytes_and_in_str() -> None:
         event = parse_event(raw)
         assert isinstance(event, InvalidEvent) and event.reason == "utf8_bom"
         assert "without BOM" in event.detail
+
+
+def strictly(raw: bytes | str) -> Impression | Judgment | InvalidEvent:
+    """What the standard library's decoder alone makes of a message: the parser's other way."""
+    try:
+        return events._event(events._strict_object(raw), DEFAULT_LIMITS)
+    except events._Invalid as invalid:
+        return InvalidEvent(invalid.reason, invalid.detail)
+
+
+def written_with_repeats(pairs: list[tuple[str, object]], separator: str, *, ascii_only: bool) -> str:
+    """An object's text as some producer might write it: any separator, keys possibly repeated."""
+    def written(value: object) -> str:
+        return json.dumps(value, ensure_ascii=ascii_only)
+
+    return "{" + ",".join(written(key) + separator + written(value) for key, value in pairs) + "}"
+
+
+@st.composite
+def messages_with_traps(draw: st.DrawFn) -> bytes | str:
+    """Event-like messages with what the fast decoding must hand to the strict one: a repeated key
+    (at the top or in the segment), a colon within a string, an extra object, an escaped surrogate."""
+    obj = draw(event_like_objects())
+    pairs: list[tuple[str, object]] = list(obj.items())
+    trap = draw(st.sampled_from(["none", "repeat", "repeat in segment", "colon", "object", "surrogate"]))
+    if trap == "repeat" and pairs:
+        key, _ = draw(st.sampled_from(pairs))
+        again = draw(WELL_FORMED.get(key, st.just(obj[key])) | json_values(allow_infinity=False))
+        pairs.insert(draw(st.integers(0, len(pairs))), (key, again))
+    elif trap == "repeat in segment":
+        value = draw(st.text(max_size=4))
+        segment = written_with_repeats([("variant", value), ("variant", value + "x")], ":", ascii_only=True)
+        text = written_with_repeats(pairs, ":", ascii_only=True)
+        return text[:-1] + ("," if pairs else "") + '"segment":' + segment + "}"
+    elif trap == "colon":
+        pairs.append((draw(st.sampled_from(["note", "doc_id", "query_id"])), draw(st.text(max_size=4)) + ":"))
+    elif trap == "object":
+        pairs.append(("extra", draw(st.dictionaries(st.text(max_size=4), st.integers(), max_size=2))))
+    elif trap == "surrogate":
+        pairs.append(("note", draw(st.sampled_from(["\ud800", "\udc00", "\ud83d\ude00"]))))
+    text = written_with_repeats(pairs, draw(st.sampled_from([":", ": ", " : "])),
+                                ascii_only=draw(st.booleans()))
+    return text.encode("utf-8", "surrogatepass") if draw(st.booleans()) else text
+
+
+@given(messages_with_traps())
+def test_the_fast_decoding_decides_as_the_strict_decoder_does(raw: bytes | str) -> None:
+    assert parse_event(raw) == strictly(raw)
+
+
+@given(st.binary(max_size=200))
+def test_any_bytes_are_decided_as_the_strict_decoder_does(raw: bytes) -> None:
+    assume(not raw.startswith(b"\xef\xbb\xbf"))  # a byte order mark is turned away before either decodes
+    assert parse_event(raw) == strictly(raw)
+
+
+def test_an_integer_past_64_bits_keeps_the_strict_decoders_reason() -> None:
+    # orjson reads it as a float, which would be an invalid_ts.
+    event = parse_event(encode({**JUDGMENT, "ts": 10**30}))
+    assert isinstance(event, InvalidEvent) and event.reason == "ts_out_of_range"
+
+
+def outcome(check: Any, obj: dict[str, object], limits: Limits) -> object:
+    try:
+        return check(obj, limits)
+    except events._Invalid as invalid:
+        return invalid.reason
+
+
+tight_limits = st.builds(Limits, max_results=st.integers(0, 5), max_id_length=st.integers(0, 9),
+                         max_segment_keys=st.integers(0, 3))
+
+
+@given(event_like_objects(), st.sampled_from([DEFAULT_LIMITS]) | tight_limits)
+def test_the_usual_event_is_recognised_as_the_field_by_field_checks_find_it(
+        obj: dict[str, object], limits: Limits) -> None:
+    """`_impression` and `_judgment` accept at once only what their field-by-field checks accept,
+    and build the same event; the checks alone say why anything else is rejected."""
+    assert outcome(events._impression, obj, limits) == outcome(events._checked_impression, obj, limits)
+    assert outcome(events._judgment, obj, limits) == outcome(events._checked_judgment, obj, limits)
