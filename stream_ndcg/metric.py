@@ -172,31 +172,37 @@ class ListScorer:
 
     def __init__(self, grades: Mapping[str, float], measure: Measure) -> None:
         self.measure = measure
-        self.gains = {doc: measure.gain_of(grade) for doc, grade in grades.items()}
+        # Keyed by str | None: `score` looks up None at a repeat's later ranks, and finds no gain.
+        self.gains: dict[str | None, float] = {doc: measure.gain_of(grade) for doc, grade in grades.items()}
         self.pool_ideals = ({k: ideal_dcg(self.gains.values(), k) for k in measure.cutoffs}
                             if measure.ideal == "pool" else None)
+        # From rank 1 down to the deepest cut-off.
+        self.discounts = [discount(rank) for rank in range(1, measure.depth + 1)]
 
     def score(self, results: Sequence[str]) -> ListScore:
         cutoffs = self.measure.cutoffs
         depth = self.measure.depth
-        discount(depth)
-        discounts = _DISCOUNTS
-        gains = self.gains
-        # (rank, gain) of each judged document within the cut-offs, at its first rank.
-        judged = [(rank, gain_value) for rank, doc in first_occurrences(results, depth)
-                  if (gain_value := gains.get(doc)) is not None]
+        top: Sequence[str | None] = results[:depth]
+        if len(set(top)) != len(top):
+            # A repeat counts only at its first rank: unjudged at the others.
+            top = [None if doc in top[:rank] else doc for rank, doc in enumerate(top)]
+        # By rank from 1: the gain there, None where the document is not judged.
+        gains = list(map(self.gains.get, top))
         ideals = self.pool_ideals
         if ideals is None:
-            ideals = {k: ideal_dcg([gain_value for _, gain_value in judged], k) for k in cutoffs}
+            judged = [gain_value for gain_value in gains if gain_value is not None]
+            ideals = {k: ideal_dcg(judged, k) for k in cutoffs}
+        discounts = self.discounts
         dcgs: dict[int, float] = {}
         ndcgs: dict[int, float | None] = {}
         judged_ratios: dict[int, float] = {}
         for k in cutoffs:
+            within = gains[:k]
             # A zero gain adds nothing, not even the sign of a negative zero.
-            dcgs[k] = value = math.fsum([gain_value * discounts[rank]
-                                         for rank, gain_value in judged if rank <= k and gain_value])
+            dcgs[k] = value = math.fsum([gain_value * discounted_by for gain_value, discounted_by
+                                         in zip(within, discounts, strict=False) if gain_value])
             ndcgs[k] = ndcg(value, ideals[k])
-            judged_ratios[k] = sum([1 for rank, _ in judged if rank <= k]) / k
+            judged_ratios[k] = (len(within) - within.count(None)) / k
         return ListScore(dcg=dcgs, ndcg=ndcgs, judged_ratio=judged_ratios)
 
 

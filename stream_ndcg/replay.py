@@ -81,9 +81,12 @@ class Replay:
         if isinstance(event, InvalidEvent):
             self.rejected[event.reason] += 1
             return event
-        if self.earliest_ts is None or event.ts < self.earliest_ts:
-            self.earliest_ts = event.ts
-        clock = self.latest_ts = event.ts if self.latest_ts is None else max(self.latest_ts, event.ts)
+        ts = event.ts
+        if self.earliest_ts is None or ts < self.earliest_ts:
+            self.earliest_ts = ts
+        if self.latest_ts is None or ts > self.latest_ts:
+            self.latest_ts = ts
+        clock = self.latest_ts
         if isinstance(event, Impression):
             seen = self._impression_buckets.get(event.impression_id)
             if seen is not None and (self.dedup_horizon_ms is None or seen >= oldest_kept_bucket(
@@ -94,11 +97,12 @@ class Replay:
                 self._impression_buckets[event.impression_id] = clock // self.bucket_ms
                 self._impressions.append(tuple(event))
             return None
-        revision = tuple(event)
-        if revision in self._revisions:
+        revisions = self._revisions
+        held = len(revisions)
+        revisions.add(tuple(event))
+        if len(revisions) == held:
             self.duplicates[JUDGMENT] += 1
             return None
-        self._revisions.add(revision)
         winners = self._winners.get(event.query_id)
         if winners is None:
             winners = self._winners[event.query_id] = {}

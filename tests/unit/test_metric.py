@@ -7,9 +7,15 @@ import sys
 import threading
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from stream_ndcg import metric
 from stream_ndcg.metric import (
+    GAINS,
+    IDEALS,
+    Gain,
+    Ideal,
     Measure,
     cumulative_gain,
     dcg,
@@ -167,3 +173,28 @@ def test_at_the_limits_of_a_grade_every_score_is_finite(gain_formula: str) -> No
 def test_a_measure_rejects_bad_parameters(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Measure(**kwargs)  # type: ignore[arg-type]
+
+
+@given(st.lists(st.sampled_from("abcdefghij"), max_size=14),
+       st.dictionaries(st.sampled_from("abcdefghijkl"), st.sampled_from([-2.0, -0.0, 0.0, 0.5, 1.0, 3.0])),
+       st.lists(st.integers(1, 12), min_size=1, max_size=3, unique=True),
+       st.sampled_from(GAINS), st.sampled_from(IDEALS))
+def test_a_list_is_scored_as_the_definitions_say(results: list[str], grades: dict[str, float], cutoffs: list[int],
+                                                  gain_formula: Gain, ideal: Ideal) -> None:
+    """`score_list` (a `ListScorer`) against the definitions written out with `dcg` and `ideal_dcg`,
+    exactly: repeats, short lists, zero, negative and unshown grades."""
+    measure = Measure(cutoffs=tuple(cutoffs), gain=gain_formula, ideal=ideal)
+    ranked = [(rank, doc) for rank, doc in enumerate(results[:measure.depth], start=1)
+              if doc not in results[:rank - 1]]
+    gains_by_rank = [0.0] * min(len(results), measure.depth)
+    for rank, doc in ranked:
+        if doc in grades:
+            gains_by_rank[rank - 1] = measure.gain_of(grades[doc])
+    pool = grades.values() if ideal == "pool" else [grades[doc] for _, doc in ranked if doc in grades]
+    score = score_list(results, grades, measure)
+    for k in cutoffs:
+        # repr: a negative zero would differ from the definition's zero.
+        assert repr(score.dcg[k]) == repr(dcg(gains_by_rank, k))
+        ideal_value = ideal_dcg([measure.gain_of(g) for g in pool], k)
+        assert repr(score.ndcg[k]) == repr(ndcg(dcg(gains_by_rank, k), ideal_value))
+        assert score.judged_ratio[k] == sum(1 for rank, doc in ranked if rank <= k and doc in grades) / k
