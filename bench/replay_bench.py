@@ -8,6 +8,7 @@ Prints one JSON line last; rewrites the replay section of RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import platform
 import statistics
@@ -24,6 +25,8 @@ from stream_ndcg.metric import Measure
 from stream_ndcg.replay import Replay
 
 CUTOFFS = (5, 10)
+# The cost issue's target: the replay within 5x of pytrec_eval's time.
+TARGET_RATIO = 5.0
 
 
 def timed_replay(messages: list[bytes]) -> float:
@@ -72,6 +75,11 @@ def main() -> int:
     spec = SimulationSpec(events=args.events, seed=99, queries=5_000, rate=500.0, max_delay_ms=600_000)
     messages = [value for _, value in Simulator(spec).messages()]
     qrels, run = trec_inputs(messages)
+    # The harness's own inputs (every message in one list, trec_eval's dicts) are put out of the
+    # garbage collector's sight: otherwise each full collection the replay's allocations trigger
+    # walks them, a cost `stream-ndcg replay`, which reads its lines one at a time, never pays.
+    gc.collect()
+    gc.freeze()
     replay_times, trec_times = [], []
     for _ in range(args.rounds):
         replay_times.append(timed_replay(messages))
@@ -86,6 +94,7 @@ def main() -> int:
         "replay_seconds": round(replay_s, 3),
         "pytrec_eval_seconds": round(trec_s, 3),
         "replay_time_over_pytrec_eval_time": round(replay_s / trec_s, 2),
+        "target": f"<= {TARGET_RATIO:g}",
     }
     command = "python -m bench.replay_bench " + " ".join(sys.argv[1:])
     section = "\n".join([
@@ -99,11 +108,14 @@ def main() -> int:
         "- pytrec_eval: only `RelevanceEvaluator(qrels, {'ndcg_cut.5,10'}).evaluate(run)` on prebuilt dicts of the "
         "same impressions (no JSON, no contract): a lower bound on any trec_eval pipeline",
         "",
-        "| events | impressions | replay events/s | pytrec_eval impressions/s | replay s | pytrec_eval s | ratio |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "- the harness's inputs are frozen out of the garbage collector (`gc.freeze()`) before either is timed",
+        "",
+        "| events | impressions | replay events/s | pytrec_eval impressions/s | replay s | pytrec_eval s | ratio "
+        "| target |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|",
         f"| {result['events']} | {result['impressions_scored_by_trec_eval']} | {result['replay_events_per_s']} | "
         f"{result['pytrec_eval_impressions_per_s']} | {result['replay_seconds']} | {result['pytrec_eval_seconds']} | "
-        f"{result['replay_time_over_pytrec_eval_time']} |",
+        f"{result['replay_time_over_pytrec_eval_time']} | {result['target']} |",
         "",
         "ratio = replay time / pytrec_eval time for the same impressions (lower is better).",
         "",

@@ -287,15 +287,24 @@ def _impression(obj: dict[str, Any], limits: Limits) -> Impression:
             and type(query_id) is str and 0 < len(query_id) <= longest
             and (event_id is None or type(event_id) is str and 0 < len(event_id) <= longest)
             and type(ts) is int and 0 <= ts <= MAX_TS_MS
-            and type(results) is list and len(results) <= limits.max_results
-            and (not results or {*map(type, results)} == {str} and "" not in results
-                 and max(map(len, results)) <= longest)
+            and type(results) is list and len(results) <= limits.max_results and _short_ids(results, longest)
             and (segment is None or type(segment) is dict and len(segment) <= limits.max_segment_keys
                  and all(type(value) is str and 0 < len(key) <= longest and len(value) <= longest
                          for key, value in segment.items()))):
         return Impression(impression_id, query_id, ts, tuple(results),
-                          tuple(sorted(segment.items())) if segment else (), event_id)
+                          (tuple(sorted(segment.items())) if len(segment) > 1 else tuple(segment.items()))
+                          if segment else (), event_id)
     return _checked_impression(obj, limits)
+
+
+def _short_ids(values: list[Any], longest: int) -> bool:
+    """Whether every value is a non-empty string of at most `longest` characters, found by the
+    interpreter's own loops (join refuses anything but strings)."""
+    try:
+        joined = "".join(values)
+    except TypeError:
+        return False
+    return "" not in values and (len(joined) <= longest or max(map(len, values)) <= longest)
 
 
 def _checked_impression(obj: dict[str, Any], limits: Limits) -> Impression:

@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import compress, repeat
 from typing import Literal, NamedTuple
 
 from stream_ndcg.vocabulary import dcg_at, judged_at, ndcg_at, scored_at
@@ -181,28 +183,28 @@ class ListScorer:
 
     def score(self, results: Sequence[str]) -> ListScore:
         cutoffs = self.measure.cutoffs
-        depth = self.measure.depth
-        top: Sequence[str | None] = results[:depth]
+        top: Sequence[str | None] = results[:self.measure.depth]
         if len(set(top)) != len(top):
             # A repeat counts only at its first rank: unjudged at the others.
             top = [None if doc in top[:rank] else doc for rank, doc in enumerate(top)]
-        # By rank from 1: the gain there, None where the document is not judged.
-        gains = list(map(self.gains.get, top))
+        # By rank from 1: whether the document there is judged, its gain (0 if not) and what it adds
+        # to a DCG (each found in one pass of the interpreter's own loops).
+        judged = list(map(self.gains.__contains__, top))
+        gains = list(map(self.gains.get, top, repeat(0.0)))
+        terms = list(map(operator.mul, gains, self.discounts))
         ideals = self.pool_ideals
         if ideals is None:
-            judged = [gain_value for gain_value in gains if gain_value is not None]
-            ideals = {k: ideal_dcg(judged, k) for k in cutoffs}
-        discounts = self.discounts
+            shown = list(compress(gains, judged))
+            ideals = {k: ideal_dcg(shown, k) for k in cutoffs}
         dcgs: dict[int, float] = {}
         ndcgs: dict[int, float | None] = {}
         judged_ratios: dict[int, float] = {}
         for k in cutoffs:
-            within = gains[:k]
-            # A zero gain adds nothing, not even the sign of a negative zero.
-            dcgs[k] = value = math.fsum([gain_value * discounted_by for gain_value, discounted_by
-                                         in zip(within, discounts, strict=False) if gain_value])
+            # fsum rounds the exact sum, which zero terms leave as it is; `or` makes a zero
+            # positive, as the definition's sum of the nonzero terms alone is.
+            dcgs[k] = value = math.fsum(terms[:k]) or 0.0
             ndcgs[k] = ndcg(value, ideals[k])
-            judged_ratios[k] = (len(within) - within.count(None)) / k
+            judged_ratios[k] = sum(judged[:k]) / k
         return ListScore(dcg=dcgs, ndcg=ndcgs, judged_ratio=judged_ratios)
 
 

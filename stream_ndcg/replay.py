@@ -117,13 +117,18 @@ class Replay:
 
     def scored(self) -> Iterator[ScoredImpression]:
         """Every distinct impression, scored with every judgment applied, in arrival order."""
+        for fields, score in self._scores():
+            yield ScoredImpression(Impression._make(fields), score)
+
+    def _scores(self) -> Iterator[tuple[tuple[Any, ...], ListScore]]:
+        """`scored`, each impression as its plain tuple (`summary` needs only its segment)."""
         scorers: dict[str, ListScorer] = {}
         for fields in self._impressions:
-            impression = Impression._make(fields)
-            scorer = scorers.get(impression.query_id)
+            _, query_id, _, results, _, _ = fields
+            scorer = scorers.get(query_id)
             if scorer is None:
-                scorer = scorers[impression.query_id] = ListScorer(self.grades(impression.query_id), self.measure)
-            yield ScoredImpression(impression, scorer.score(impression.results))
+                scorer = scorers[query_id] = ListScorer(self.grades(query_id), self.measure)
+            yield fields, scorer.score(results)
 
     def per_impression(self) -> Iterator[dict[str, Any]]:
         for item in self.scored():
@@ -187,16 +192,16 @@ class Replay:
         cutoffs = self.measure.cutoffs
         overall = ScoreTotals(cutoffs)
         by_segment: dict[str, dict[str, ScoreTotals]] = {}
-        for item in self.scored():
-            overall.add(item.score)
-            for key, value in item.impression.segment:
+        for (_, _, _, _, segment, _), score in self._scores():
+            overall.add(score)
+            for key, value in segment:
                 values = by_segment.get(key)
                 if values is None:
                     values = by_segment[key] = {}
                 totals = values.get(value)
                 if totals is None:
                     totals = values[value] = ScoreTotals(cutoffs)
-                totals.add(item.score)
+                totals.add(score)
         return {
             "k": overall.means(),
             "by_segment": {key: {value: totals.means() for value, totals in sorted(values.items())}
