@@ -136,15 +136,18 @@ def parse_event(raw: bytes | str | None, limits: Limits = DEFAULT_LIMITS) -> Eve
 
 
 def _parse(raw: bytes | str | None, limits: Limits) -> Event:
-    if raw is None:
+    if isinstance(raw, bytes):
+        size, bom, colons = len(raw), raw.startswith(b"\xef\xbb\xbf"), raw.count(b":")
+    elif raw is None:
         raise _Invalid("null_message", "message has no value (tombstone)")
-    size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
+    else:
+        size, bom, colons = len(raw.encode("utf-8", "surrogatepass")), raw.startswith("\ufeff"), raw.count(":")
     if size > limits.max_message_bytes:
         raise _Invalid("message_too_large", f"{size} bytes > {limits.max_message_bytes}")
-    if raw.startswith(b"\xef\xbb\xbf") if isinstance(raw, bytes) else raw.startswith("\ufeff"):
+    if bom:
         # JSON forbids a byte order mark; Windows editors and PowerShell write one at a file's start.
         raise _Invalid("utf8_bom", "starts with a UTF-8 byte order mark (BOM): save the file as UTF-8 without BOM")
-    obj = _plain_object(raw)
+    obj = _plain_object(raw, colons)
     if obj is not None:
         try:
             return _event(obj, limits)
@@ -155,16 +158,15 @@ def _parse(raw: bytes | str | None, limits: Limits) -> Event:
     return _event(_strict_object(raw), limits)
 
 
-def _plain_object(raw: bytes | str) -> dict[str, Any] | None:
+def _plain_object(raw: bytes | str, colons: int) -> dict[str, Any] | None:
     """The message's object decoded by orjson, when the strict decoder would find the same; None
     when it must decide. The usual message takes half the time this way.
 
-    Every colon outside a string ends a key, so a message with exactly as many colons as its
+    Every colon outside a string ends a key, so a message with exactly as many `colons` as its
     object and its segment have keys has no other objects, no colons within strings and no key
     twice (a repeated key would leave fewer keys than colons). orjson itself refuses what else
     the strict decoder refuses: invalid UTF-8, NaN and Infinity, an unpaired surrogate escape,
     deep nesting (`test_events` holds the installed orjson to that)."""
-    colons = raw.count(b":") if isinstance(raw, bytes) else raw.count(":")
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:
