@@ -149,7 +149,7 @@ def first_occurrences(results: Sequence[str], depth: int) -> list[tuple[int, str
 
 class ListScore(NamedTuple):
     """DCG, nDCG (None when undefined) and judged ratio of one list, by cut-off (a named tuple, like
-    the events, so that the replay's scores cost the garbage collector nothing once seen)."""
+    the events: one object to build and collect, not two)."""
 
     dcg: dict[int, float]
     ndcg: dict[int, float | None]
@@ -166,11 +166,33 @@ def score_list(
     `grades` holds every current judgment of the query; with the pool ideal the
     judged documents that the list does not show still raise its ideal DCG.
     """
-    return ListScorer(grades, measure).score(results)
+    ranked = first_occurrences(results, measure.depth)
+    gains_by_rank = [0.0] * min(len(results), measure.depth)
+    judged_ranks: list[int] = []
+    for rank, doc in ranked:
+        grade = grades.get(doc)
+        if grade is not None:
+            gains_by_rank[rank - 1] = measure.gain_of(grade)
+            judged_ranks.append(rank)
+    if measure.ideal == "pool":
+        ideal_pool = [measure.gain_of(g) for g in grades.values()]
+    else:
+        ideal_pool = [measure.gain_of(grades[doc]) for _, doc in ranked if doc in grades]
+    dcgs: dict[int, float] = {}
+    ndcgs: dict[int, float | None] = {}
+    judged: dict[int, float] = {}
+    for k in measure.cutoffs:
+        dcgs[k] = dcg(gains_by_rank, k)
+        ndcgs[k] = ndcg(dcgs[k], ideal_dcg(ideal_pool, k))
+        judged[k] = sum(1 for rank in judged_ranks if rank <= k) / k
+    return ListScore(dcg=dcgs, ndcg=ndcgs, judged_ratio=judged)
 
 
 class ListScorer:
-    """`score_list` for the lists of one query: the gains, and the pool ideal's DCGs, found once."""
+    """`score_list` of many lists of one query, each in a third of its time: the gains, and the
+    pool ideal's DCGs, are found once, and a list's terms by the interpreter's own loops. For the
+    replay, which scores every impression; `score_list` stays the definition written out, which
+    the tests hold this to, bit for bit."""
 
     def __init__(self, grades: Mapping[str, float], measure: Measure) -> None:
         self.measure = measure

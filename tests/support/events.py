@@ -74,5 +74,7 @@ BAD: list[tuple[str, bytes | str | None, str]] = [
     ("lone surrogate in an id", b'{"type":"judgment","query_id":"q\\ud800","doc_id":"d","grade":1,"ts":1}',
      "invalid_string"),
     ("lone surrogate in a result", encode(IMPRESSION).replace(b'"d4"', b'"\\udfff"'), "invalid_string"),
+    ("arrays nested too deeply", encode(IMPRESSION)[:-1] + b', "extra": ' + b"[" * 2000 + b"]" * 2000 + b"}",
+     "not_json"),
     ("message too large", encode(IMPRESSION | {"pad": "x" * 1_048_576}), "message_too_large"),
 ]

@@ -232,6 +232,8 @@ def strictly(raw: bytes | str) -> Impression | Judgment | InvalidEvent:
         return events._event(events._strict_object(raw), DEFAULT_LIMITS)
     except events._Invalid as invalid:
         return InvalidEvent(invalid.reason, invalid.detail)
+    except RecursionError:
+        return InvalidEvent("not_json", "nested too deeply")
 
 
 def written_with_repeats(pairs: list[tuple[str, object]], separator: str, *, ascii_only: bool) -> str:
@@ -304,3 +306,11 @@ def test_the_usual_event_is_recognised_as_the_field_by_field_checks_find_it(
     and build the same event; the checks alone say why anything else is rejected."""
     assert outcome(events._impression, obj, limits) == outcome(events._checked_impression, obj, limits)
     assert outcome(events._judgment, obj, limits) == outcome(events._checked_judgment, obj, limits)
+
+
+@pytest.mark.parametrize("depth", [30, 40, 1000])
+def test_arrays_nested_deep_are_decided_as_the_strict_decoder_does(depth: int) -> None:
+    # 1000 is deeper than the standard library's decoder goes on CPython 3.11 (about 990 levels),
+    # not than orjson's 1024.
+    raw = encode(IMPRESSION)[:-1] + b', "extra": ' + b"[" * depth + b"]" * depth + b"}"
+    assert parse_event(raw) == strictly(raw)

@@ -16,6 +16,7 @@ from stream_ndcg.metric import (
     IDEALS,
     Gain,
     Ideal,
+    ListScorer,
     Measure,
     cumulative_gain,
     dcg,
@@ -181,8 +182,8 @@ def test_a_measure_rejects_bad_parameters(kwargs: dict[str, object], message: st
        st.sampled_from(GAINS), st.sampled_from(IDEALS))
 def test_a_list_is_scored_as_the_definitions_say(results: list[str], grades: dict[str, float], cutoffs: list[int],
                                                   gain_formula: Gain, ideal: Ideal) -> None:
-    """`score_list` (a `ListScorer`) against the definitions written out with `dcg` and `ideal_dcg`,
-    exactly: repeats, short lists, zero, negative and unshown grades."""
+    """`score_list`, and `ListScorer` (the replay's way), against the definitions written out with
+    `dcg` and `ideal_dcg`, bit for bit: repeats, short lists, zero, negative and unshown grades."""
     measure = Measure(cutoffs=tuple(cutoffs), gain=gain_formula, ideal=ideal)
     ranked = [(rank, doc) for rank, doc in enumerate(results[:measure.depth], start=1)
               if doc not in results[:rank - 1]]
@@ -191,10 +192,10 @@ def test_a_list_is_scored_as_the_definitions_say(results: list[str], grades: dic
         if doc in grades:
             gains_by_rank[rank - 1] = measure.gain_of(grades[doc])
     pool = grades.values() if ideal == "pool" else [grades[doc] for _, doc in ranked if doc in grades]
-    score = score_list(results, grades, measure)
-    for k in cutoffs:
-        # repr: a negative zero would differ from the definition's zero.
-        assert repr(score.dcg[k]) == repr(dcg(gains_by_rank, k))
-        ideal_value = ideal_dcg([measure.gain_of(g) for g in pool], k)
-        assert repr(score.ndcg[k]) == repr(ndcg(dcg(gains_by_rank, k), ideal_value))
-        assert score.judged_ratio[k] == sum(1 for rank, doc in ranked if rank <= k and doc in grades) / k
+    for score in (score_list(results, grades, measure), ListScorer(grades, measure).score(results)):
+        for k in cutoffs:
+            # repr: a negative zero would differ from the definition's zero.
+            assert repr(score.dcg[k]) == repr(dcg(gains_by_rank, k))
+            ideal_value = ideal_dcg([measure.gain_of(g) for g in pool], k)
+            assert repr(score.ndcg[k]) == repr(ndcg(dcg(gains_by_rank, k), ideal_value))
+            assert score.judged_ratio[k] == sum(1 for rank, doc in ranked if rank <= k and doc in grades) / k
