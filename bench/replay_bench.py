@@ -107,7 +107,6 @@ def main() -> int:
         "(linear gain, pool ideal), summarise",
         "- pytrec_eval: only `RelevanceEvaluator(qrels, {'ndcg_cut.5,10'}).evaluate(run)` on prebuilt dicts of the "
         "same impressions (no JSON, no contract): a lower bound on any trec_eval pipeline",
-        "",
         "- the harness's inputs are frozen out of the garbage collector (`gc.freeze()`) before either is timed",
         "",
         "| events | impressions | replay events/s | pytrec_eval impressions/s | replay s | pytrec_eval s | ratio "
