@@ -189,10 +189,10 @@ def score_list(
 
 
 class ListScorer:
-    """`score_list` of many lists of one query, each in a third of its time: the gains, and the
-    pool ideal's DCGs, are found once, and a list's terms by the interpreter's own loops. For the
-    replay, which scores every impression; `score_list` stays the definition written out, which
-    the tests hold this to, bit for bit."""
+    """`score_list` of many lists of one query: the gains, and the pool ideal's DCGs, are found
+    once, and a list's terms by the interpreter's own loops (about 10 µs a list against 31 on the
+    replay bench's impressions). For the replay, which scores every impression; `score_list`
+    stays the definition written out, which the tests hold this to, bit for bit."""
 
     def __init__(self, grades: Mapping[str, float], measure: Measure) -> None:
         self.measure = measure
