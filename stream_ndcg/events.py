@@ -301,8 +301,7 @@ def _impression(obj: dict[str, Any], limits: Limits) -> Impression:
                  and all(type(value) is str and 0 < len(key) <= longest and len(value) <= longest
                          for key, value in segment.items()))):
         return Impression(impression_id, query_id, ts, tuple(results),
-                          (tuple(sorted(segment.items())) if len(segment) > 1 else tuple(segment.items()))
-                          if segment else (), event_id)
+                          tuple(sorted(segment.items())) if segment else (), event_id)
     return _checked_impression(obj, limits)
 
 

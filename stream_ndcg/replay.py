@@ -220,11 +220,13 @@ class ScoreTotals:
     gathered as they come: only their terms are kept, as floats, for `math.fsum`, rather than
     every score."""
 
-    def __init__(self, cutoffs: tuple[int, ...]) -> None:
+    def __init__(self, cutoffs: tuple[int, ...], scores: Iterable[ListScore] = ()) -> None:
         self.cutoffs = cutoffs
         self.impressions = 0
         # Per cut-off: every DCG, every defined nDCG, every judged ratio.
         self._terms: dict[int, tuple[list[float], list[float], list[float]]] = {k: ([], [], []) for k in cutoffs}
+        for score in scores:
+            self.add(score)
 
     def add(self, score: ListScore) -> None:
         self.impressions += 1
@@ -252,11 +254,3 @@ class ScoreTotals:
                          "judged_ratio": rows[str(k)]["judged_ratio"],
                          "scored_impressions": int(sums[scored_at(k)]), "impressions": self.impressions}
                 for k in self.cutoffs}
-
-
-def summarize(scores: Iterable[ListScore], cutoffs: tuple[int, ...]) -> dict[str, dict[str, Any]]:
-    """`ScoreTotals.means` of these scores."""
-    totals = ScoreTotals(cutoffs)
-    for score in scores:
-        totals.add(score)
-    return totals.means()

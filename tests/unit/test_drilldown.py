@@ -20,7 +20,7 @@ from stream_ndcg.errors import BadParameter, NotFound
 from stream_ndcg.explorer import Explorer, Question
 from stream_ndcg.exporter import WindowView
 from stream_ndcg.metric import Ideal, ListScore, Measure, discount, first_occurrences, score_list
-from stream_ndcg.replay import Replay, summarize
+from stream_ndcg.replay import Replay, ScoreTotals
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.store import AggregateRead, MemoryStore
 from stream_ndcg.vocabulary import AggregateKey, full_segment_key, segment_values
@@ -112,7 +112,7 @@ def expected_summary(replay: Replay, window_ms: int, measure: Measure) -> dict[t
         if first <= item.impression.ts // BUCKET <= last:
             variant = tuple(segment_values(full_segment_key(item.impression.segment), ("variant",)))
             by_variant.setdefault(variant, []).append(item.score)
-    return {variant: summarize(scores, measure.cutoffs) for variant, scores in by_variant.items()}
+    return {variant: ScoreTotals(measure.cutoffs, scores).means() for variant, scores in by_variant.items()}
 
 
 def assert_summary_equal(answer: dict[str, Any], expected: dict[tuple[str, ...], dict[str, Any]]) -> None:

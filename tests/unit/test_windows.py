@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stream_ndcg.metric import ListScore
-from stream_ndcg.replay import summarize
+from stream_ndcg.replay import ScoreTotals
 from stream_ndcg.vocabulary import IMPRESSIONS, dcg_at, judged_at, ndcg_at, scored_at
 from stream_ndcg.windows import bucket_ttl_ms, kept_until_ms, means, oldest_kept_bucket, window_means
 
@@ -67,7 +67,7 @@ scores = st.builds(
 @given(st.lists(scores, max_size=30))
 def test_the_replay_reports_the_window_means_of_all_its_impressions(listed: list[ListScore]) -> None:
     defined = [s.ndcg[3] for s in listed if s.ndcg[3] is not None]
-    row = summarize(listed, (3,))["3"]
+    row = ScoreTotals((3,), listed).means()["3"]
     # The replay's definition, written out: means over the scored and over all impressions.
     assert row == {
         "ndcg_mean": math.fsum(v for v in defined if v is not None) / len(defined) if defined else None,
