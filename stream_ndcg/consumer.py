@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from stream_ndcg import reconfigure
@@ -20,11 +21,23 @@ from stream_ndcg.config import Settings
 from stream_ndcg.errors import ConsumerStalled, FencedError, RecoverableError, StoreUnavailable, UndecodableRecords
 from stream_ndcg.exporter import Exporter
 from stream_ndcg.ownership import Ownership
-from stream_ndcg.pipeline import BatchPipeline, PartitionBatch
+from stream_ndcg.pipeline import BatchPipeline, BatchResult, PartitionBatch
 from stream_ndcg.source import Partition, Record, Source, StartFrom
-from stream_ndcg.store import StateStore
+from stream_ndcg.store import CommitInFlight, StateStore
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _SentBatch:
+    """A batch whose commit is in flight."""
+
+    batch: dict[Partition, list[Record]]
+    result: BatchResult
+    commit: CommitInFlight
+    # The time it took to process and send: what `stream_ndcg_batch_duration_seconds` counts, with
+    # the wait for the reply, and without the poll in between.
+    seconds: float
 
 
 class StreamProcessor:
@@ -40,11 +53,15 @@ class StreamProcessor:
     3. load the touched query states and the already-applied impression ids of
        each partition from the store (one pipelined round trip);
     4. apply the events with the engine (pure, in memory);
-    5. write, per partition and atomically, the new states, the aggregate
+    5. send, per partition and atomically, the new states, the aggregate
        increments, the counts and the partition's next offset, refused if the
        partition's epoch is no longer ours or its stored offset is not the one
        this instance last wrote or read (one round trip);
-    6. only then commit the offsets to Kafka, for lag monitoring alone.
+    6. poll the next batch while the store writes, then read the write's reply:
+       only a batch acknowledged moves the offsets this instance expects, and
+       a refused one releases its partitions, whose records just polled are
+       dropped with them; nothing of the next batch is loaded before the reply;
+    7. only then commit the offsets to Kafka, for lag monitoring alone.
 
     Steps 2 to 5 are the `BatchPipeline`. The offsets in the store are the
     truth: on assignment the processor claims the partition (a new epoch,
@@ -80,6 +97,8 @@ class StreamProcessor:
         # back (and so clears `_undecodable`) must not say it again.
         self._undecodable_said: set[str] = set()
         self._last_contact = time.monotonic()
+        # The batch whose commit was sent and whose reply is still to be read (step 6).
+        self._sent: _SentBatch | None = None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -118,7 +137,13 @@ class StreamProcessor:
             self._recover(exc)
 
     def close(self) -> None:
-        """Commit the stored offsets to Kafka (for lag dashboards) and leave the group."""
+        """Read the last batch's reply, commit the stored offsets to Kafka (for lag dashboards) and
+        leave the group."""
+        try:
+            self._finish_commit()
+        except RecoverableError as exc:
+            # Whether it landed, the stored offset says: the next holder resumes from there.
+            logger.warning("the last batch's commit was not acknowledged: %s", exc)
         self._commit_kafka_offsets()
         self.source.close()
         logger.info("stopped")
@@ -166,7 +191,11 @@ class StreamProcessor:
         return True
 
     def _cycle(self) -> None:
-        polled = self.source.poll(self.settings.linger, self.settings.batch_size)
+        # With a commit in flight, only what the consumer has fetched already: the reply is read
+        # right after, not a linger later when the topic has gone quiet.
+        linger = 0 if self._sent is not None else self.settings.linger
+        polled = self.source.poll(linger, self.settings.batch_size)
+        self._finish_commit()
         self._follow_assignment()
         batch = {p: records for p, records in polled.items() if self.ownership.owns(p)}
         if batch:
@@ -187,9 +216,11 @@ class StreamProcessor:
             self._undecodable_said.add(str(exc))
             self._undecodable.add((exc.topic, exc.partition))
         else:
-            # A commit whose reply was lost may have landed: trust only the stored offsets. (An
-            # undecodable batch stops poll() before any write: the claims hold, and the other
-            # partitions go on, where claiming again would drop what they fetched.)
+            # A commit whose reply was lost, or not read (one sent when a later step failed), may
+            # have landed: trust only the stored offsets. (An undecodable batch stops poll() before
+            # any write: the claims hold, and the other partitions go on, where claiming again
+            # would drop what they fetched; a commit in flight is read after the next poll.)
+            self._sent = None
             self.ownership.release_all()
         self._set_healthy(False)
         self._back_off(type(exc).__name__, str(exc), level)
@@ -274,22 +305,31 @@ class StreamProcessor:
         now_ms = int(self.clock() * 1000)
         batches = [PartitionBatch(p.name, self.ownership.claim(p).epoch, records, self.ownership.claim(p).offset)
                    for p, records in batch.items()]
+        result, commit = self.pipeline.send(batches, now_ms)
+        self._sent = _SentBatch(batch, result, commit, time.perf_counter() - started)
+
+    def _finish_commit(self) -> None:
+        """Read the reply of the batch sent last (step 6), and move its partitions on, or let them go."""
+        sent, self._sent = self._sent, None
+        if sent is None:
+            return
+        waited = time.perf_counter()
         try:
-            result = self.pipeline.run(batches, now_ms)
+            sent.commit.finish()
         except FencedError as exc:
             self.exporter.fenced.inc()
             logger.warning("%s", exc)
             # Claim again: if Kafka still assigns them to us, the stored offset is where to resume.
-            self.ownership.release(batch)
+            self.ownership.release(sent.batch)
             return
-        for partition, records in batch.items():
+        for partition, records in sent.batch.items():
             self.ownership.committed(partition, records[-1].offset + 1)
             self._undecodable.discard(partition)
         applied_s = self.clock()
-        for ts in result.judgment_times:
+        for ts in sent.result.judgment_times:
             self.exporter.judgment_latency.observe(max(0.0, applied_s - ts / 1000))
-        self.exporter.batch_events.observe(result.records)
-        self.exporter.batch_seconds.observe(time.perf_counter() - started)
+        self.exporter.batch_events.observe(sent.result.records)
+        self.exporter.batch_seconds.observe(sent.seconds + time.perf_counter() - waited)
         self._commit_kafka_offsets(asynchronous=True)
 
     def _commit_kafka_offsets(self, asynchronous: bool = False) -> None:

@@ -19,7 +19,7 @@ from stream_ndcg.engine import Engine
 from stream_ndcg.events import DEFAULT_LIMITS, Event, Impression, InvalidEvent, Judgment, Limits, parse_event
 from stream_ndcg.segments import SegmentProjector
 from stream_ndcg.source import Record
-from stream_ndcg.store import Commit, StateStore
+from stream_ndcg.store import Commit, CommitInFlight, StateStore
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,17 @@ class BatchPipeline:
 
     def run(self, batches: Collection[PartitionBatch], now_ms: int) -> BatchResult:
         """Process and commit a batch; FencedError (nothing written) if a partition is no longer ours."""
+        result = self.staged(batches, now_ms)
+        self.store.commit(result.commits)
+        return result
+
+    def send(self, batches: Collection[PartitionBatch], now_ms: int) -> tuple[BatchResult, CommitInFlight]:
+        """`run`, its commit's reply left to read (`StateStore.begin_commit`)."""
+        result = self.staged(batches, now_ms)
+        return result, self.store.begin_commit(result.commits)
+
+    def staged(self, batches: Collection[PartitionBatch], now_ms: int) -> BatchResult:
+        """A batch's records parsed and applied: its commits, not yet written."""
         parsed = {batch.partition: [self.parse(record, now_ms) for record in batch.records] for batch in batches}
         if self.dead_letters is not None:
             for batch in batches:
@@ -92,7 +103,6 @@ class BatchPipeline:
                                              batch.expected_offset, now_ms))
             result.judgment_times.extend(e.ts for e in events if isinstance(e, Judgment))
             result.records += len(batch.records)
-        self.store.commit(result.commits)
         return result
 
     def parse(self, record: Record, now_ms: int) -> Event | InvalidEvent:

@@ -76,6 +76,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -87,7 +88,7 @@ from stream_ndcg import reconfigure, state_format
 from stream_ndcg.engine import QueryState
 from stream_ndcg.errors import ConfigError, FencedError, StoreUnavailable
 from stream_ndcg.state_cache import StateCache
-from stream_ndcg.store import AggregateRead, Commit, RowRead, Snapshot
+from stream_ndcg.store import AggregateRead, Commit, CommitInFlight, RowRead, Snapshot
 from stream_ndcg.vocabulary import AggregateKey
 from stream_ndcg.windows import bucket_ttl_ms, oldest_kept_bucket
 
@@ -241,6 +242,8 @@ class RedisStore:
         self.wall_clock = wall_clock
         self._observe = observe_round_trip
         self._admitted: dict[tuple[str, str], bool] = {}
+        # Sends `begin_commit`'s scripts, one batch after another, started at the first.
+        self._writer: ThreadPoolExecutor | None = None
 
     @property
     def client(self) -> Client:
@@ -254,8 +257,7 @@ class RedisStore:
         try:
             yield
         except (RedisError, RedisClusterException) as exc:
-            hint = " (a cluster node answered: set redis_cluster)" if isinstance(exc, MovedError) else ""
-            raise StoreUnavailable(f"Redis {what} failed: {type(exc).__name__}: {exc}{hint}") from exc
+            raise _unavailable(what, exc) from exc
         finally:
             self._observe(time.perf_counter() - started)
 
@@ -349,35 +351,45 @@ class RedisStore:
         return Snapshot(states, known, int(clock) if clock is not None else None)
 
     def commit(self, commits: Collection[Commit]) -> None:
-        if not commits:
-            return
-        try:
-            state_ttls: list[dict[str, int]] = []
-            with self._round_trip("commit"):
-                written = time.monotonic()
-                pipe = self.client.pipeline(transaction=False)
-                for commit in commits:
-                    keys, payload, ttls = self._payload(commit)
-                    state_ttls.append(ttls)
+        if commits:
+            self._send(commits, background=False).finish()
+
+    def begin_commit(self, commits: Collection[Commit]) -> CommitInFlight:
+        """The commit scripts built here and sent from a thread of the store's: the caller goes on
+        (fetching the next batch from Kafka) while Redis runs them, and reads their replies in
+        `finish()`. On a cluster they are sent and answered here, as `commit` does."""
+        return self._send(commits, background=not isinstance(self.client, redis.RedisCluster))
+
+    def _send(self, commits: Collection[Commit], *, background: bool) -> _RedisCommit:
+        # Before the scripts run: the TTLs they set start later, so a cached state is trusted less long.
+        written = time.monotonic()
+        prepared = [self._payload(commit) for commit in commits]
+        client = self.client
+        spent = [0.0]
+
+        def write() -> list[Any]:
+            started = time.perf_counter()
+            try:
+                pipe = client.pipeline(transaction=False)
+                for commit, (keys, payload, _) in zip(commits, prepared, strict=True):
                     expected = "" if commit.expected_offset is None else str(commit.expected_offset)
                     pipe.execute_command("EVAL", _COMMIT, len(keys), *keys, commit.epoch, payload, expected)
-                results = pipe.execute()
-        except StoreUnavailable:
-            for commit in commits:
-                self._cache.forget(commit.partition)
-            raise
-        refused = []
-        for commit, result, ttls in zip(commits, results, state_ttls, strict=True):
-            if result == 1:
-                # Trusted for less than the key's TTL, which runs from the write.
-                for query_id, state in commit.outcome.touched.items():
-                    self._cache.put(commit.partition, {query_id: state}, written + ttls[query_id] / 1000 * 0.9)
-            else:
-                self._cache.forget(commit.partition)
-                reason = "claimed by a newer holder" if result == 0 else "not at the expected offset"
-                refused.append(f"{commit.partition} ({reason})")
-        if refused:
-            raise FencedError(f"batch not written for partition(s) {', '.join(refused)}")
+                return pipe.execute()
+            finally:
+                spent[0] = time.perf_counter() - started
+
+        reply: Future[list[Any]]
+        if background:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stream-ndcg-commit")
+            reply = self._writer.submit(write)
+        else:
+            reply = Future()
+            try:
+                reply.set_result(write())
+            except Exception as exc:  # raised again by `finish`, as it would be from the thread
+                reply.set_exception(exc)
+        return _RedisCommit(self, list(commits), [ttls for _, _, ttls in prepared], written, reply, spent)
 
     def _payload(self, commit: Commit) -> tuple[list[str], str, dict[str, int]]:
         """The commit script's keys and payload, and the TTL it gives each query state."""
@@ -618,6 +630,48 @@ class RedisStore:
     def check(self) -> None:
         with self._round_trip("ping"):
             self.client.ping()
+
+
+def _unavailable(what: str, exc: Exception) -> StoreUnavailable:
+    hint = " (a cluster node answered: set redis_cluster)" if isinstance(exc, MovedError) else ""
+    return StoreUnavailable(f"Redis {what} failed: {type(exc).__name__}: {exc}{hint}")
+
+
+class _RedisCommit:
+    """Commit scripts sent (`RedisStore.begin_commit`); `finish` reads their replies."""
+
+    def __init__(self, store: RedisStore, commits: list[Commit], state_ttls: list[dict[str, int]], written: float,
+                 reply: Future[list[Any]], spent: list[float]) -> None:
+        self.store = store
+        self.commits = commits
+        self.state_ttls = state_ttls
+        self.written = written
+        self.reply = reply
+        # The round trip's seconds, set by the thread that made it.
+        self.spent = spent
+
+    def finish(self) -> None:
+        store, commits = self.store, self.commits
+        try:
+            results = self.reply.result()
+        except (RedisError, RedisClusterException) as exc:
+            for commit in commits:
+                store._cache.forget(commit.partition)
+            raise _unavailable("commit", exc) from exc
+        finally:
+            store._observe(self.spent[0])
+        refused = []
+        for commit, result, ttls in zip(commits, results, self.state_ttls, strict=True):
+            if result == 1:
+                # Trusted for less than the key's TTL, which runs from the write.
+                for query_id, state in commit.outcome.touched.items():
+                    store._cache.put(commit.partition, {query_id: state}, self.written + ttls[query_id] / 1000 * 0.9)
+            else:
+                store._cache.forget(commit.partition)
+                reason = "claimed by a newer holder" if result == 0 else "not at the expected offset"
+                refused.append(f"{commit.partition} ({reason})")
+        if refused:
+            raise FencedError(f"batch not written for partition(s) {', '.join(refused)}")
 
 
 def _log_cursor(entry: Any) -> str:

@@ -18,9 +18,10 @@ the stored offset and resumes from there.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -81,6 +82,24 @@ class Commit:
     expected_offset: int | None
 
 
+class CommitInFlight(Protocol):
+    """A commit sent to the store, its reply not yet read (`StateStore.begin_commit`)."""
+
+    def finish(self) -> None:
+        """Wait for the reply: FencedError or StoreUnavailable, as `commit` raises them."""
+        ...
+
+
+@dataclass(frozen=True)
+class DeferredCommit:
+    """`begin_commit` of a store with no round trip to overlap: it writes when finished."""
+
+    write: Callable[[], None]
+
+    def finish(self) -> None:
+        self.write()
+
+
 class StateStore(Protocol):
     """Where the service keeps everything; the in-memory and Redis stores meet one contract."""
 
@@ -101,6 +120,12 @@ class StateStore(Protocol):
     def commit(self, commits: Collection[Commit]) -> None:
         """Write each partition's batch and next offset atomically; FencedError if an epoch is
         stale or the stored offset is not the expected one."""
+        ...
+
+    def begin_commit(self, commits: Collection[Commit]) -> CommitInFlight:
+        """`commit`, its reply read by `finish()`: the caller may fetch the next batch meanwhile.
+        Until it is finished the store may or may not have written it, so nothing else of these
+        partitions is loaded or committed."""
         ...
 
     def ranked_lists(self, partition: str, query_id: str) -> dict[tuple[int, str, tuple[str, ...]], int]:
@@ -244,6 +269,9 @@ class MemoryStore:
         states = {q: state_from_fields(part.states[q]) for q in query_ids if q in part.states}
         known = {i: part.impressions[i] for i in impressions if i in part.impressions}
         return Snapshot(states, known, part.clock_ms)
+
+    def begin_commit(self, commits: Collection[Commit]) -> CommitInFlight:
+        return DeferredCommit(functools.partial(self.commit, commits))
 
     def commit(self, commits: Collection[Commit]) -> None:
         for commit in commits:

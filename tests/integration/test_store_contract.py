@@ -17,7 +17,7 @@ from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
 from stream_ndcg.errors import ConfigError, StoreUnavailable
 from stream_ndcg.redis_store import Client, RedisStore, connect
-from stream_ndcg.store import StateStore
+from stream_ndcg.store import Commit, StateStore
 from tests.support.batches import apply_batch, parsed
 from tests.support.store_contract import BUCKET, DEDUP_HORIZON, HORIZON, MEASURE, T0, StoreContract
 
@@ -87,6 +87,15 @@ def test_a_redis_outage_is_a_recoverable_error() -> None:
                        state_ttl_ms=HORIZON)
     with pytest.raises(StoreUnavailable, match="Redis claim failed"):
         store.claim("t:0")
+
+
+def test_a_commit_begun_against_an_unreachable_server_fails_as_unavailable_when_finished() -> None:
+    client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
+    store = RedisStore(client, namespace="down", bucket_ms=BUCKET, horizon_ms=HORIZON, state_ttl_ms=HORIZON)
+    outcome = Engine(MEASURE, BUCKET).apply([], {}, {})
+    sent = store.begin_commit([Commit("t:0", "some-epoch", outcome, 1, None)])
+    with pytest.raises(StoreUnavailable, match="Redis commit failed"):
+        sent.finish()
 
 
 def test_an_unreachable_cluster_is_a_recoverable_error_retried_on_the_next_round_trip() -> None:

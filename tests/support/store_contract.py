@@ -23,6 +23,7 @@ from stream_ndcg.engine import Engine
 from stream_ndcg.errors import ConfigError, FencedError
 from stream_ndcg.events import InvalidEvent, parse_event
 from stream_ndcg.metric import Measure
+from stream_ndcg.pipeline import BatchPipeline
 from stream_ndcg.store import AggregateRead, MemoryStore, StateStore
 from stream_ndcg.vocabulary import JUDGMENT, TOO_OLD, AggregateKey, duplicate, rejected
 from stream_ndcg.windows import window_means
@@ -165,6 +166,30 @@ class StoreContract:
             apply_batch(store, engine, "t:0", [], epoch=epoch, next_offset=20, expected_offset=9)
         apply_batch(store, engine, "t:0", [], epoch=epoch, next_offset=20, expected_offset=10)
         assert store.next_offset("t:0") == 20
+
+    def test_a_commit_begun_is_written_by_the_time_it_is_finished_and_refused_as_commit_refuses(
+            self, store: StateStore) -> None:
+        engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+        messages = [v for _, v in Simulator(SimulationSpec(events=400, seed=11, queries=10, rate=20.0)).messages()]
+        pipeline = BatchPipeline(store, engine, event_clock=True)
+        epoch = store.claim("t:0")
+        sent = store.begin_commit([pipeline.stage("t:0", epoch, parsed(messages[:200]), 200, None, None)])
+        sent.finish()
+        assert store.next_offset("t:0") == 200
+        # The same events committed in one step, in a store of their own, hold the same sums.
+        memory = MemoryStore(bucket_ms=BUCKET, horizon_ms=HORIZON)
+        apply_batch(memory, engine, "t:0", parsed(messages[:200]), epoch=memory.claim("t:0"), next_offset=200)
+        assert store.counts() == memory.counts()
+        assert store.aggregates().keys() == memory.aggregates().keys()
+        for key, value in memory.aggregates().items():
+            assert store.aggregates()[key] == pytest.approx(value, abs=1e-9), key
+        stale = pipeline.stage("t:0", epoch, parsed(messages[200:]), 400, 200, None)
+        store.claim("t:0")
+        refused = store.begin_commit([stale])
+        with pytest.raises(FencedError, match="newer holder"):
+            refused.finish()
+        assert store.next_offset("t:0") == 200
+        assert store.counts() == memory.counts()
 
     def test_an_impression_id_seen_again_is_a_duplicate_whatever_its_time(self, store: StateStore) -> None:
         engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)

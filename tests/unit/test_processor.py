@@ -161,6 +161,7 @@ def test_not_ready_during_a_store_outage_and_ready_after_it() -> None:
     made.run_once()
     assert made.ready()
     store.fail_next = "after"
+    made.run_once()  # sends the batch: its reply is read after the next poll
     made.run_once()
     assert not made.ready()
     assert made.exporter.registry.get_sample_value("stream_ndcg_ready") == 0
@@ -253,7 +254,9 @@ def test_an_undecodable_batch_is_said_once_and_holds_readiness_until_its_partiti
     source.fail_next_poll(fault)
     made.run_once()
     fill(source, [event(0, 0, "impression", 1, 0)])
-    made.run_once()
+    made.run_once()  # sends the batch
+    assert not made.ready()
+    made.run_once()  # reads its reply: the partition has moved on
     assert made.ready()
     assert made.exporter.registry.get_sample_value("stream_ndcg_backoffs_total", {"cause": "UndecodableRecords"}) == 2
     said = [r.levelno for r in caplog.records if "compressed with zstd" in r.getMessage()]
