@@ -365,7 +365,8 @@ class RedisStore:
         written = time.monotonic()
         prepared = [self._payload(commit) for commit in commits]
         client = self.client
-        spent = [0.0]
+        # The round trip's seconds and when its reply came, set by the thread that made it.
+        spent = [0.0, 0.0]
 
         def write() -> list[Any]:
             started = time.perf_counter()
@@ -376,7 +377,7 @@ class RedisStore:
                     pipe.execute_command("EVAL", _COMMIT, len(keys), *keys, commit.epoch, payload, expected)
                 return pipe.execute()
             finally:
-                spent[0] = time.perf_counter() - started
+                spent[0], spent[1] = time.perf_counter() - started, time.monotonic()
 
         reply: Future[list[Any]]
         if background:
@@ -647,10 +648,9 @@ class _RedisCommit:
         self.state_ttls = state_ttls
         self.written = written
         self.reply = reply
-        # The round trip's seconds, set by the thread that made it.
         self.spent = spent
 
-    def finish(self) -> None:
+    def finish(self) -> float:
         store, commits = self.store, self.commits
         try:
             results = self.reply.result()
@@ -672,6 +672,7 @@ class _RedisCommit:
                 refused.append(f"{commit.partition} ({reason})")
         if refused:
             raise FencedError(f"batch not written for partition(s) {', '.join(refused)}")
+        return self.spent[1]
 
 
 def _log_cursor(entry: Any) -> str:

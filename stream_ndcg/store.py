@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -85,8 +86,9 @@ class Commit:
 class CommitInFlight(Protocol):
     """A commit sent to the store, its reply not yet read (`StateStore.begin_commit`)."""
 
-    def finish(self) -> None:
-        """Wait for the reply: FencedError or StoreUnavailable, as `commit` raises them."""
+    def finish(self) -> float:
+        """Wait for the reply, and return when it came (`time.monotonic()`); FencedError or
+        StoreUnavailable, as `commit` raises them."""
         ...
 
 
@@ -96,8 +98,9 @@ class DeferredCommit:
 
     write: Callable[[], None]
 
-    def finish(self) -> None:
+    def finish(self) -> float:
         self.write()
+        return time.monotonic()
 
 
 class StateStore(Protocol):
