@@ -11,6 +11,7 @@ Kafka: records are anything with topic, partition, offset, key and value.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ from stream_ndcg.engine import Engine
 from stream_ndcg.events import DEFAULT_LIMITS, Event, Impression, InvalidEvent, Judgment, Limits, parse_event
 from stream_ndcg.segments import SegmentProjector
 from stream_ndcg.source import Record
-from stream_ndcg.store import Commit, CommitInFlight, StateStore
+from stream_ndcg.store import Commit, CommitInFlight, DeferredCommit, StateStore
 
 
 @dataclass(frozen=True)
@@ -80,10 +81,14 @@ class BatchPipeline:
         self.store.commit(result.commits)
         return result
 
-    def send(self, batches: Collection[PartitionBatch], now_ms: int) -> tuple[BatchResult, CommitInFlight]:
-        """`run`, its commit's reply left to read (`StateStore.begin_commit`)."""
+    def send(self, batches: Collection[PartitionBatch], now_ms: int, *,
+             overlap: bool = True) -> tuple[BatchResult, CommitInFlight]:
+        """`run`, its commit's reply left to read: sent now (`StateStore.begin_commit`), or without
+        `overlap` written when finished, in the caller's thread."""
         result = self.staged(batches, now_ms)
-        return result, self.store.begin_commit(result.commits)
+        if overlap:
+            return result, self.store.begin_commit(result.commits)
+        return result, DeferredCommit(functools.partial(self.store.commit, result.commits))
 
     def staged(self, batches: Collection[PartitionBatch], now_ms: int) -> BatchResult:
         """A batch's records parsed and applied: its commits, not yet written."""

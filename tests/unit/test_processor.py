@@ -22,8 +22,8 @@ from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled, StoreUnavaila
 from stream_ndcg.exporter import Exporter, WindowView
 from stream_ndcg.pipeline import BatchPipeline, RecordChecks
 from stream_ndcg.replay import Replay
-from stream_ndcg.source import LocalSource, Partition
-from stream_ndcg.store import Commit, MemoryStore
+from stream_ndcg.source import LocalSource, Partition, Record
+from stream_ndcg.store import Commit, CommitInFlight, MemoryStore
 from stream_ndcg.windows import window_means
 
 TOPIC = "events"
@@ -142,6 +142,44 @@ def test_whatever_fails_between_batches_the_state_equals_the_replay(
     assert_equals_replay(store, messages)
 
 
+class RecordingStore(FlakyStore):
+    """Says in `said` when a commit is sent and when one is written (with its next offsets)."""
+
+    def __init__(self, said: list[str]) -> None:
+        super().__init__()
+        self.said = said
+
+    def begin_commit(self, commits: Collection[Commit]) -> CommitInFlight:
+        self.said.append(f"sent {[c.next_offset for c in commits]}")
+        return super().begin_commit(commits)
+
+    def commit(self, commits: Collection[Commit]) -> None:
+        self.said.append(f"written {[c.next_offset for c in commits]}")
+        super().commit(commits)
+
+
+def test_a_full_batch_is_written_while_the_next_is_polled_and_a_smaller_one_at_once() -> None:
+    said: list[str] = []
+    source, store = LocalSource({TOPIC: 2}), RecordingStore(said)
+    # Six events of q0, all in partition 0; batch_size is 4.
+    fill(source, [event(serial, 0, "impression", serial % 5, 0) for serial in range(6)])
+    made = processor(source, store)
+    poll = source.poll
+
+    def polled(timeout_ms: int, max_records: int) -> dict[Partition, list[Record]]:
+        said.append("poll")
+        return poll(timeout_ms, max_records)
+
+    source.poll = polled  # type: ignore[method-assign]
+    assert made.start()
+    for _ in range(3):
+        made.run_once()
+    # The first poll's records come before the claims, and are read again after them.
+    assert said == ["poll", "poll", "sent [4]", "poll", "written [4]", "written [6]"]
+    assert store.next_offset(PARTITIONS[0].name) == 6
+    assert made.ownership.claim(PARTITIONS[0]).offset == 6
+
+
 def test_a_stalled_source_is_closed_and_opened_again() -> None:
     source, store = LocalSource({TOPIC: 2}), FlakyStore()
     made = processor(source, store)
@@ -161,7 +199,7 @@ def test_not_ready_during_a_store_outage_and_ready_after_it() -> None:
     made.run_once()
     assert made.ready()
     store.fail_next = "after"
-    made.run_once()  # sends the batch: its reply is read after the next poll
+    made.run_once()  # sends a full batch (batch_size records): its reply is read after the next poll
     made.run_once()
     assert not made.ready()
     assert made.exporter.registry.get_sample_value("stream_ndcg_ready") == 0
@@ -254,9 +292,7 @@ def test_an_undecodable_batch_is_said_once_and_holds_readiness_until_its_partiti
     source.fail_next_poll(fault)
     made.run_once()
     fill(source, [event(0, 0, "impression", 1, 0)])
-    made.run_once()  # sends the batch
-    assert not made.ready()
-    made.run_once()  # reads its reply: the partition has moved on
+    made.run_once()  # a batch smaller than batch_size: its reply is read at once
     assert made.ready()
     assert made.exporter.registry.get_sample_value("stream_ndcg_backoffs_total", {"cause": "UndecodableRecords"}) == 2
     said = [r.levelno for r in caplog.records if "compressed with zstd" in r.getMessage()]

@@ -1,0 +1,121 @@
+"""Where the service's CPU goes while it catches up: py-spy's samples of `stream-ndcg run`.
+
+    python -m bench.profile_bench [--events 500000] [--seconds 30] [--results bench/RESULTS.md]
+
+Starts a Kafka broker and a redis-server, produces the service bench's workload, and samples the
+service (py-spy, 100 a second, busy samples only) once it has committed its first batch. Writes
+the share of the samples in each step of a batch and the functions with the most samples of their
+own to the Profile section of RESULTS.md, and the raw stacks next to it (`--raw`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+import redis
+
+from bench.replay_bench import write_section
+from bench.service_bench import ServiceProcess, counted, create_topic, workload
+from stream_ndcg.devtools.producer import produce
+from stream_ndcg.devtools.servers import KafkaBroker, RedisServer
+
+# A sample belongs to the first step whose frame its stack holds (the steps do not nest).
+STEPS = (
+    ("Redis round trip of the commit (its thread)", "concurrent/futures/thread.py"),
+    ("Kafka poll", "KafkaSource.poll"),
+    ("parse", "BatchPipeline.parse"),
+    ("load", "RedisStore.load"),
+    ("engine", "Engine.apply"),
+    ("commit payload", "RedisStore._payload"),
+    ("commit reply", "_RedisCommit.finish"),
+)
+TOP_FUNCTIONS = 15
+
+
+def profile(raw_stacks: str) -> tuple[int, Counter[str], Counter[str]]:
+    """Samples in all, per step, and per function of their own (the innermost frame), from py-spy's
+    raw output: one stack a line, frames joined by ';', then the count."""
+    steps: Counter[str] = Counter()
+    functions: Counter[str] = Counter()
+    total = 0
+    for line in raw_stacks.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        samples = int(count)
+        total += samples
+        steps[next((name for name, frame in STEPS if frame in stack), "other")] += samples
+        function, _, where = stack.split(";")[-1].partition(" (")
+        functions[f"{function} ({where.split(':')[0]})"] += samples
+    return total, steps, functions
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=500_000)
+    parser.add_argument("--seconds", type=int, default=30)
+    parser.add_argument("--results", type=Path, default=Path(__file__).with_name("RESULTS.md"))
+    parser.add_argument("--raw", type=Path, default=None, help="keep py-spy's raw stacks in this file")
+    args = parser.parse_args()
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    with tempfile.TemporaryDirectory(prefix="stream-ndcg-profile-") as root, \
+            KafkaBroker.start(Path(root, "kafka")) as kafka, RedisServer.start(Path(root, "redis")) as server:
+        topic = create_topic(kafka.bootstrap, "profile")
+        messages = workload(args.events, seed=1)
+        produce(kafka.bootstrap, topic, messages)
+        client = redis.Redis.from_url(server.url)
+        service = ServiceProcess(kafka.bootstrap, server.url, topic, "profile", clock="event")
+        raw = Path(root, "stacks.txt")
+        try:
+            while not counted(client, "profile"):
+                time.sleep(0.05)
+            subprocess.run([spy, "record", "--pid", str(service.process.pid), "--rate", "100", "--duration",
+                            str(args.seconds), "--format", "raw", "--output", str(raw), "--nonblocking"],
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            taken = counted(client, "profile")
+        finally:
+            service.stop()
+            client.close()
+        if taken >= len(messages):
+            print(f"the catch-up ended within the {args.seconds} s sampled: give it more --events", file=sys.stderr)
+            return 1
+        text = raw.read_text()
+        if args.raw:
+            args.raw.write_text(text)
+    total, steps, functions = profile(text)
+    command = "python -m bench.profile_bench " + " ".join(sys.argv[1:])
+    lines = [
+        "## Profile",
+        "",
+        f"`{command.strip()}`, {datetime.now(UTC):%Y-%m-%d %H:%M UTC}: `py-spy record --rate 100 --format raw "
+        f"--nonblocking` on `stream-ndcg run` for {args.seconds} s of a catch-up of {args.events:,} events (the "
+        f"service bench's workload), from its first commit; {total:,} busy samples (idle ones are not taken).",
+        "",
+        "| step of a batch | share of the samples |",
+        "|---|---:|",
+        *[f"| {name} | {100 * count / total:.1f}% |" for name, count in steps.most_common()],
+        "",
+        f"Functions with the most samples of their own (the top {TOP_FUNCTIONS}):",
+        "",
+        "| function (module) | share |",
+        "|---|---:|",
+        *[f"| `{name}` | {100 * count / total:.1f}% |" for name, count in functions.most_common(TOP_FUNCTIONS)],
+        "",
+    ]
+    write_section(args.results, "## Profile", "\n".join(lines))
+    print(json.dumps({"bench": "profile", "samples": total,
+                      "steps": {name: round(count / total, 3) for name, count in steps.most_common()}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
