@@ -76,7 +76,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -242,8 +241,6 @@ class RedisStore:
         self.wall_clock = wall_clock
         self._observe = observe_round_trip
         self._admitted: dict[tuple[str, str], bool] = {}
-        # Sends `begin_commit`'s scripts, one batch after another, started at the first.
-        self._writer: ThreadPoolExecutor | None = None
 
     @property
     def client(self) -> Client:
@@ -352,45 +349,38 @@ class RedisStore:
 
     def commit(self, commits: Collection[Commit]) -> None:
         if commits:
-            self._send(commits, background=False).finish()
+            self._send(commits, overlap=False).finish()
 
     def begin_commit(self, commits: Collection[Commit]) -> CommitInFlight:
-        """The commit scripts built here and sent from a thread of the store's: the caller goes on
-        (fetching the next batch from Kafka) while Redis runs them, and reads their replies in
-        `finish()`. On a cluster they are sent and answered here, as `commit` does."""
-        return self._send(commits, background=not isinstance(self.client, redis.RedisCluster))
+        """The commit scripts sent on a connection of their own, their replies read by `finish()`:
+        the caller goes on (polling the next batch from Kafka) while Redis runs them. A cluster's
+        are sent and answered here, as `commit` does."""
+        return self._send(commits, overlap=True)
 
-    def _send(self, commits: Collection[Commit], *, background: bool) -> _RedisCommit:
+    def _send(self, commits: Collection[Commit], *, overlap: bool) -> _RedisCommit:
         # Before the scripts run: the TTLs they set start later, so a cached state is trusted less long.
         written = time.monotonic()
         prepared = [self._payload(commit) for commit in commits]
-        client = self.client
-        # The round trip's seconds and when its reply came, set by the thread that made it.
-        spent = [0.0, 0.0]
-
-        def write() -> list[Any]:
-            started = time.perf_counter()
-            try:
+        scripts = [("EVAL", _COMMIT, len(keys), *keys, commit.epoch, payload,
+                    "" if commit.expected_offset is None else str(commit.expected_offset))
+                   for commit, (keys, payload, _) in zip(commits, prepared, strict=True)]
+        started = time.perf_counter()
+        try:
+            client = self.client
+            if overlap and isinstance(client, redis.Redis):
+                read = _sent(client.connection_pool, scripts)
+            else:
                 pipe = client.pipeline(transaction=False)
-                for commit, (keys, payload, _) in zip(commits, prepared, strict=True):
-                    expected = "" if commit.expected_offset is None else str(commit.expected_offset)
-                    pipe.execute_command("EVAL", _COMMIT, len(keys), *keys, commit.epoch, payload, expected)
-                return pipe.execute()
-            finally:
-                spent[0], spent[1] = time.perf_counter() - started, time.monotonic()
-
-        reply: Future[list[Any]]
-        if background:
-            if self._writer is None:
-                self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stream-ndcg-commit")
-            reply = self._writer.submit(write)
-        else:
-            reply = Future()
-            try:
-                reply.set_result(write())
-            except Exception as exc:  # raised again by `finish`, as it would be from the thread
-                reply.set_exception(exc)
-        return _RedisCommit(self, list(commits), [ttls for _, _, ttls in prepared], written, reply, spent)
+                for script in scripts:
+                    pipe.execute_command(*script)
+                read = _replied(pipe.execute())
+        except (RedisError, RedisClusterException) as exc:
+            for commit in commits:
+                self._cache.forget(commit.partition)
+            raise _unavailable("commit", exc) from exc
+        finally:
+            self._observe(time.perf_counter() - started)
+        return _RedisCommit(self, list(commits), [ttls for _, _, ttls in prepared], written, read)
 
     def _payload(self, commit: Commit) -> tuple[list[str], str, dict[str, int]]:
         """The commit script's keys and payload, and the TTL it gives each query state."""
@@ -638,28 +628,60 @@ def _unavailable(what: str, exc: Exception) -> StoreUnavailable:
     return StoreUnavailable(f"Redis {what} failed: {type(exc).__name__}: {exc}{hint}")
 
 
+def _sent(pool: redis.ConnectionPool, scripts: list[tuple[Any, ...]]) -> Callable[[], list[Any]]:
+    """Send commands on a connection of the pool's, and return what reads their replies (and gives
+    the connection back): a round trip in two halves, with other work in between."""
+    # Typed Any: redis-py's connections are not annotated.
+    connection: Any = pool.get_connection()
+    try:
+        connection.send_packed_command(connection.pack_commands(scripts))
+    except BaseException:
+        connection.disconnect()
+        pool.release(connection)
+        raise
+
+    def read() -> list[Any]:
+        try:
+            return [connection.read_response() for _ in scripts]
+        except BaseException:
+            # Replies left unread would answer the connection's next command.
+            connection.disconnect()
+            raise
+        finally:
+            pool.release(connection)
+
+    return read
+
+
+def _replied(replies: list[Any]) -> Callable[[], list[Any]]:
+    """What reads replies that are in already (`_sent`'s twin, for a round trip made whole)."""
+    return lambda: replies
+
+
 class _RedisCommit:
     """Commit scripts sent (`RedisStore.begin_commit`); `finish` reads their replies."""
 
     def __init__(self, store: RedisStore, commits: list[Commit], state_ttls: list[dict[str, int]], written: float,
-                 reply: Future[list[Any]], spent: list[float]) -> None:
+                 read: Callable[[], list[Any]]) -> None:
         self.store = store
         self.commits = commits
         self.state_ttls = state_ttls
         self.written = written
-        self.reply = reply
-        self.spent = spent
+        self.read = read
 
     def finish(self) -> float:
         store, commits = self.store, self.commits
+        started = time.perf_counter()
         try:
-            results = self.reply.result()
+            results = self.read()
         except (RedisError, RedisClusterException) as exc:
             for commit in commits:
                 store._cache.forget(commit.partition)
             raise _unavailable("commit", exc) from exc
         finally:
-            store._observe(self.spent[0])
+            # With `_send`'s, the time the caller waited on the round trip.
+            store._observe(time.perf_counter() - started)
+        acknowledged = time.monotonic()
         refused = []
         for commit, result, ttls in zip(commits, results, self.state_ttls, strict=True):
             if result == 1:
@@ -672,7 +694,7 @@ class _RedisCommit:
                 refused.append(f"{commit.partition} ({reason})")
         if refused:
             raise FencedError(f"batch not written for partition(s) {', '.join(refused)}")
-        return self.spent[1]
+        return acknowledged
 
 
 def _log_cursor(entry: Any) -> str:

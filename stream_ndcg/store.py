@@ -128,7 +128,7 @@ class StateStore(Protocol):
     def begin_commit(self, commits: Collection[Commit]) -> CommitInFlight:
         """`commit`, its reply read by `finish()`: the caller may fetch the next batch meanwhile.
         Until it is finished the store may or may not have written it, so nothing else of these
-        partitions is loaded or committed."""
+        partitions is loaded or committed. StoreUnavailable here if it cannot even be sent."""
         ...
 
     def ranked_lists(self, partition: str, query_id: str) -> dict[tuple[int, str, tuple[str, ...]], int]:

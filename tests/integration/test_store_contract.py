@@ -89,13 +89,12 @@ def test_a_redis_outage_is_a_recoverable_error() -> None:
         store.claim("t:0")
 
 
-def test_a_commit_begun_against_an_unreachable_server_fails_as_unavailable_when_finished() -> None:
+def test_a_commit_begun_against_an_unreachable_server_is_a_recoverable_error() -> None:
     client = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
     store = RedisStore(client, namespace="down", bucket_ms=BUCKET, horizon_ms=HORIZON, state_ttl_ms=HORIZON)
     outcome = Engine(MEASURE, BUCKET).apply([], {}, {})
-    sent = store.begin_commit([Commit("t:0", "some-epoch", outcome, 1, None)])
     with pytest.raises(StoreUnavailable, match="Redis commit failed"):
-        sent.finish()
+        store.begin_commit([Commit("t:0", "some-epoch", outcome, 1, None)]).finish()
 
 
 def test_an_unreachable_cluster_is_a_recoverable_error_retried_on_the_next_round_trip() -> None:
