@@ -70,6 +70,7 @@ and the cache is `state_cache`'s.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -249,14 +250,22 @@ class RedisStore:
         return self._client
 
     @contextmanager
-    def _round_trip(self, what: str) -> Iterator[None]:
+    def _round_trip(self, what: str, forget: Collection[str] = (), *, observe: bool = True,
+                    earlier_s: float = 0.0) -> Iterator[None]:
+        """Time a round trip, and make a Redis error a StoreUnavailable that drops the cached states
+        of the partitions to `forget`. A round trip in two halves (`begin_commit`) is observed once,
+        at the second, with the seconds of the first (`earlier_s`)."""
         started = time.perf_counter()
         try:
             yield
         except (RedisError, RedisClusterException) as exc:
-            raise _unavailable(what, exc) from exc
+            for partition in forget:
+                self._cache.forget(partition)
+            hint = " (a cluster node answered: set redis_cluster)" if isinstance(exc, MovedError) else ""
+            raise StoreUnavailable(f"Redis {what} failed: {type(exc).__name__}: {exc}{hint}") from exc
         finally:
-            self._observe(time.perf_counter() - started)
+            if observe:
+                self._observe(earlier_s + time.perf_counter() - started)
 
     def _key(self, partition: str, *parts: object) -> str:
         return ":".join([f"{{{self._space}:{partition}}}", *map(str, parts)])
@@ -353,34 +362,25 @@ class RedisStore:
 
     def begin_commit(self, commits: Collection[Commit]) -> CommitInFlight:
         """The commit scripts sent on a connection of their own, their replies read by `finish()`:
-        the caller goes on (polling the next batch from Kafka) while Redis runs them. A cluster's
-        are sent and answered here, as `commit` does."""
+        the caller goes on (polling the next batch from Kafka) while Redis runs them. On a cluster
+        they are sent when finished, as `commit` sends them."""
         return self._send(commits, overlap=True)
 
     def _send(self, commits: Collection[Commit], *, overlap: bool) -> _RedisCommit:
         # Before the scripts run: the TTLs they set start later, so a cached state is trusted less long.
         written = time.monotonic()
         prepared = [self._payload(commit) for commit in commits]
+        ttls = [state_ttls for _, _, state_ttls in prepared]
         scripts = [("EVAL", _COMMIT, len(keys), *keys, commit.epoch, payload,
                     "" if commit.expected_offset is None else str(commit.expected_offset))
                    for commit, (keys, payload, _) in zip(commits, prepared, strict=True)]
+        client = self.client
+        if not overlap or not isinstance(client, redis.Redis):
+            return _RedisCommit(self, list(commits), ttls, written, functools.partial(_executed, client, scripts))
         started = time.perf_counter()
-        try:
-            client = self.client
-            if overlap and isinstance(client, redis.Redis):
-                read = _sent(client.connection_pool, scripts)
-            else:
-                pipe = client.pipeline(transaction=False)
-                for script in scripts:
-                    pipe.execute_command(*script)
-                read = _replied(pipe.execute())
-        except (RedisError, RedisClusterException) as exc:
-            for commit in commits:
-                self._cache.forget(commit.partition)
-            raise _unavailable("commit", exc) from exc
-        finally:
-            self._observe(time.perf_counter() - started)
-        return _RedisCommit(self, list(commits), [ttls for _, _, ttls in prepared], written, read)
+        with self._round_trip("commit", forget=[commit.partition for commit in commits], observe=False):
+            read = _sent(client.connection_pool, scripts)
+        return _RedisCommit(self, list(commits), ttls, written, read, sending_s=time.perf_counter() - started)
 
     def _payload(self, commit: Commit) -> tuple[list[str], str, dict[str, int]]:
         """The commit script's keys and payload, and the TTL it gives each query state."""
@@ -623,11 +623,6 @@ class RedisStore:
             self.client.ping()
 
 
-def _unavailable(what: str, exc: Exception) -> StoreUnavailable:
-    hint = " (a cluster node answered: set redis_cluster)" if isinstance(exc, MovedError) else ""
-    return StoreUnavailable(f"Redis {what} failed: {type(exc).__name__}: {exc}{hint}")
-
-
 def _sent(pool: redis.ConnectionPool, scripts: list[tuple[Any, ...]]) -> Callable[[], list[Any]]:
     """Send commands on a connection of the pool's, and return what reads their replies (and gives
     the connection back): a round trip in two halves, with other work in between."""
@@ -653,34 +648,31 @@ def _sent(pool: redis.ConnectionPool, scripts: list[tuple[Any, ...]]) -> Callabl
     return read
 
 
-def _replied(replies: list[Any]) -> Callable[[], list[Any]]:
-    """What reads replies that are in already (`_sent`'s twin, for a round trip made whole)."""
-    return lambda: replies
+def _executed(client: Client, scripts: list[tuple[Any, ...]]) -> list[Any]:
+    """Commands sent and their replies read, in one pipelined round trip."""
+    pipe = client.pipeline(transaction=False)
+    for script in scripts:
+        pipe.execute_command(*script)
+    return pipe.execute()
 
 
 class _RedisCommit:
     """Commit scripts sent (`RedisStore.begin_commit`); `finish` reads their replies."""
 
     def __init__(self, store: RedisStore, commits: list[Commit], state_ttls: list[dict[str, int]], written: float,
-                 read: Callable[[], list[Any]]) -> None:
+                 read: Callable[[], list[Any]], *, sending_s: float = 0.0) -> None:
         self.store = store
         self.commits = commits
         self.state_ttls = state_ttls
         self.written = written
+        # What makes the round trip, or its second half: the scripts' replies, or an error.
         self.read = read
+        self.sending_s = sending_s
 
     def finish(self) -> float:
         store, commits = self.store, self.commits
-        started = time.perf_counter()
-        try:
+        with store._round_trip("commit", forget=[commit.partition for commit in commits], earlier_s=self.sending_s):
             results = self.read()
-        except (RedisError, RedisClusterException) as exc:
-            for commit in commits:
-                store._cache.forget(commit.partition)
-            raise _unavailable("commit", exc) from exc
-        finally:
-            # With `_send`'s, the time the caller waited on the round trip.
-            store._observe(time.perf_counter() - started)
         acknowledged = time.monotonic()
         refused = []
         for commit, result, ttls in zip(commits, results, self.state_ttls, strict=True):
