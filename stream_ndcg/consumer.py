@@ -217,11 +217,11 @@ class StreamProcessor:
             self._undecodable_said.add(str(exc))
             self._undecodable.add((exc.topic, exc.partition))
         else:
-            # A commit whose reply was lost, or not read (one sent when a later step failed), may
-            # have landed: trust only the stored offsets. (An undecodable batch stops poll() before
-            # any write: the claims hold, and the other partitions go on, where claiming again
-            # would drop what they fetched; a commit in flight is read after the next poll.)
-            self._sent = None
+            # A commit whose reply was lost, or came after a later step failed, may have landed:
+            # trust only the stored offsets. (An undecodable batch stops poll() before any write:
+            # the claims hold, and the other partitions go on, where claiming again would drop
+            # what they fetched; a commit in flight is read after the next poll.)
+            self._abandon_commit()
             self.ownership.release_all()
         self._set_healthy(False)
         self._back_off(type(exc).__name__, str(exc), level)
@@ -315,6 +315,16 @@ class StreamProcessor:
         self._sent = _SentBatch(batch, result, commit, time.perf_counter() - started)
         if not overlap:
             self._finish_commit()
+
+    def _abandon_commit(self) -> None:
+        """Read the reply of a commit in flight, whatever it says, and forget its batch: after a
+        fault the stored offsets decide. (Read, so that its connection goes back to the pool.)"""
+        sent, self._sent = self._sent, None
+        if sent is not None:
+            try:
+                sent.commit.finish()
+            except (RecoverableError, FencedError) as exc:
+                logger.info("a batch's commit in flight at a fault was not acknowledged: %s", exc)
 
     def _finish_commit(self) -> None:
         """Read the reply of the batch sent last (step 6), and move its partitions on, or let them go."""

@@ -180,6 +180,24 @@ def test_a_full_batch_is_written_while_the_next_is_polled_and_a_smaller_one_at_o
     assert made.ownership.claim(PARTITIONS[0]).offset == 6
 
 
+def test_a_commit_in_flight_at_a_fault_is_read_and_the_stored_offsets_decide() -> None:
+    said: list[str] = []
+    source, store = LocalSource({TOPIC: 2}), RecordingStore(said)
+    messages = [event(serial, 0, "impression", serial % 5, 0) for serial in range(8)]
+    fill(source, messages)
+    made = processor(source, store)
+    assert made.start()
+    made.run_once()  # claims
+    made.run_once()  # sends a full batch
+    source.fail_next_poll(BrokerUnavailable("brokers gone (test)"))
+    made.run_once()
+    # Read all the same (a Redis store's connection goes back to its pool), then let go.
+    assert said == ["sent [4]", "written [4]"]
+    assert len(made.ownership) == 0
+    drain(made, source)
+    assert_equals_replay(store, messages)
+
+
 def test_a_stalled_source_is_closed_and_opened_again() -> None:
     source, store = LocalSource({TOPIC: 2}), FlakyStore()
     made = processor(source, store)
