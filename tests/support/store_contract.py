@@ -174,6 +174,9 @@ class StoreContract:
         pipeline = BatchPipeline(store, engine, event_clock=True)
         epoch = store.claim("t:0")
         sent = store.begin_commit([pipeline.stage("t:0", epoch, parsed(messages[:200]), 200, None, None)])
+        # Meanwhile the store answers other requests (the Redis store's on other connections).
+        store.claim("t:1")
+        assert store.next_offset("t:1") is None
         sent.finish()
         assert store.next_offset("t:0") == 200
         # The same events committed in one step, in a store of their own, hold the same sums.
