@@ -30,12 +30,12 @@ from stream_ndcg.devtools.servers import KafkaBroker, RedisServer
 
 # A sample belongs to the first step whose frame its stack holds (the steps do not nest).
 STEPS = (
-    ("Redis round trip of the commit (its thread)", "concurrent/futures/thread.py"),
     ("Kafka poll", "KafkaSource.poll"),
     ("parse", "BatchPipeline.parse"),
     ("load", "RedisStore.load"),
     ("engine", "Engine.apply"),
     ("commit payload", "RedisStore._payload"),
+    # The wait for the commit's replies: after the next poll, or at once after a smaller batch.
     ("commit reply", "_RedisCommit.finish"),
 )
 TOP_FUNCTIONS = 15

@@ -307,7 +307,7 @@ class StreamProcessor:
         batches = [PartitionBatch(p.name, self.ownership.claim(p).epoch, records, self.ownership.claim(p).offset)
                    for p, records in batch.items()]
         # A full batch: more is waiting, fetched while the store writes. A smaller one (caught up):
-        # written at once, in this thread, as a poll in between would only take the next few
+        # written and acknowledged at once, as a poll in between would only take the next few
         # records early, and small live batches cost more per event (the judgment-to-metric
         # latency's tail grew near capacity when they overlapped: bench/RESULTS.md, session 11).
         overlap = sum(map(len, batch.values())) >= self.settings.batch_size

@@ -84,7 +84,7 @@ class BatchPipeline:
     def send(self, batches: Collection[PartitionBatch], now_ms: int, *,
              overlap: bool = True) -> tuple[BatchResult, CommitInFlight]:
         """`run`, its commit's reply left to read: sent now (`StateStore.begin_commit`), or without
-        `overlap` written when finished, in the caller's thread."""
+        `overlap` sent and answered when finished (`StateStore.commit`)."""
         result = self.staged(batches, now_ms)
         if overlap:
             return result, self.store.begin_commit(result.commits)
