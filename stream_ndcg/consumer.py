@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ from stream_ndcg.backoff import Backoff
 from stream_ndcg.config import Settings
 from stream_ndcg.errors import ConsumerStalled, FencedError, RecoverableError, StoreUnavailable, UndecodableRecords
 from stream_ndcg.exporter import Exporter
-from stream_ndcg.ownership import Ownership
+from stream_ndcg.ownership import Claim, Ownership
 from stream_ndcg.pipeline import BatchPipeline, BatchResult, PartitionBatch
 from stream_ndcg.source import Partition, Record, Source, StartFrom
 from stream_ndcg.store import CommitInFlight, StateStore
@@ -62,7 +62,11 @@ class StreamProcessor:
        acknowledged moves the offsets this instance expects, and a refused one
        releases its partitions, whose records just polled are dropped with
        them; nothing of the next batch is loaded before the reply;
-    7. only then commit the offsets to Kafka, for lag monitoring alone.
+    7. only then commit the offsets to Kafka, for lag monitoring alone;
+    8. a partition that gave no records but whose position moved on (past the
+       marker that ended a transaction, or an aborted transaction's records)
+       gets an offsets-only commit through the same fenced write, so that the
+       stored offset, and so the lag, reach the last stable offset.
 
     Steps 2 to 5 are the `BatchPipeline`. The offsets in the store are the
     truth: on assignment the processor claims the partition (a new epoch,
@@ -74,6 +78,8 @@ class StreamProcessor:
     """
 
     IDLE_CHECK_S = 2.0
+    # How often the lag is asked of the brokers (the last stable offset takes a round trip).
+    LAG_CHECK_S = 2.0
 
     def __init__(self, source: Source, store: StateStore, pipeline: BatchPipeline, exporter: Exporter,
                  settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
@@ -98,6 +104,7 @@ class StreamProcessor:
         # back (and so clears `_undecodable`) must not say it again.
         self._undecodable_said: set[str] = set()
         self._last_contact = time.monotonic()
+        self._next_lag_check = 0.0
         # The batch whose commit was sent and whose reply is still to be read (step 6).
         self._sent: _SentBatch | None = None
 
@@ -206,6 +213,7 @@ class StreamProcessor:
             # Idle: nothing would notice a Redis outage, yet /readyz must tell it.
             self.store.check()
             self._last_contact = time.monotonic()
+        self._advance_past_markers(polled.keys())
         self._claim_pending()
         self._report_lag()
 
@@ -254,10 +262,11 @@ class StreamProcessor:
         for partition in gone:
             self._undecodable.discard(partition)
             # The new holder reports this partition's lag from now on.
-            try:
-                self.exporter.consumer_lag.remove(partition.topic, str(partition.partition))
-            except KeyError:
-                pass
+            for gauge in (self.exporter.consumer_lag, self.exporter.consumer_held_back):
+                try:
+                    gauge.remove(partition.topic, str(partition.partition))
+                except KeyError:
+                    pass
         if gone:
             logger.info("revoked %s", ", ".join(sorted(p.name for p in gone)))
         if new:
@@ -357,9 +366,50 @@ class StreamProcessor:
             # Kafka's committed offsets only feed lag dashboards; the store's are the truth.
             logger.info("Kafka offset commit skipped: %s", exc)
 
-    def _report_lag(self) -> None:
+    def _advance_past_markers(self, polled: Collection[Partition]) -> None:
+        """Step 8: move the stored offset of each quiet partition to the consumer's position, when
+        the position is past it (markers and aborted records give no record whose offset would)."""
+        if self._sent is not None:
+            return
+        moves: dict[Partition, tuple[Claim, int]] = {}
         for partition, claim in self.ownership.owned():
+            if partition in polled or claim.offset is None:
+                continue
+            position = self.source.position(partition)
+            if position is not None and position > claim.offset:
+                moves[partition] = (claim, position)
+        if not moves:
+            return
+        now_ms = int(self.clock() * 1000)
+        commits = [self.pipeline.stage(p.name, claim.epoch, [], position, claim.offset, now_ms)
+                   for p, (claim, position) in moves.items()]
+        try:
+            self.store.commit(commits)
+        except FencedError as exc:
+            self.exporter.fenced.inc()
+            logger.warning("%s", exc)
+            self.ownership.release(moves)
+            return
+        for partition, (_, position) in moves.items():
+            self.ownership.committed(partition, position)
+        self._commit_kafka_offsets(asynchronous=True)
+
+    def _report_lag(self) -> None:
+        """The lag against the last stable offset, and what an open transaction holds back (the
+        high watermark past it), every `LAG_CHECK_S`."""
+        now = time.monotonic()
+        if now < self._next_lag_check:
+            return
+        self._next_lag_check = now + self.LAG_CHECK_S
+        owned = {partition: claim.offset for partition, claim in self.ownership.owned() if claim.offset is not None}
+        try:
+            stable_ends = self.source.stable_ends(list(owned))
+        except RecoverableError as exc:
+            # The lag waits for the next check; consuming goes on.
+            logger.info("consumer lag not updated: %s", exc)
+            return
+        for partition, stable in stable_ends.items():
+            labels = (partition.topic, str(partition.partition))
+            self.exporter.consumer_lag.labels(*labels).set(max(0, stable - owned[partition]))
             highwater = self.source.highwater(partition)
-            if highwater is not None and claim.offset is not None:
-                self.exporter.consumer_lag.labels(topic=partition.topic, partition=str(partition.partition)).set(
-                    max(0, highwater - claim.offset))
+            self.exporter.consumer_held_back.labels(*labels).set(max(0, (highwater or stable) - stable))

@@ -224,8 +224,14 @@ class Exporter:
         self.redis_seconds = Histogram(MetricName.REDIS_ROUND_TRIP, "Duration of one Redis round trip.",
                                        buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
                                        registry=registry)
-        self.consumer_lag = Gauge(MetricName.CONSUMER_LAG, "Records behind the end of each assigned partition.",
-                                  ["topic", "partition"], registry=registry)
+        self.consumer_lag = Gauge(
+            MetricName.CONSUMER_LAG,
+            "Offsets behind the last stable offset of each assigned partition (0 once all that is committed is read).",
+            ["topic", "partition"], registry=registry)
+        self.consumer_held_back = Gauge(
+            MetricName.CONSUMER_HELD_BACK,
+            "Offsets past the last stable offset: behind a transaction still open, not readable yet.",
+            ["topic", "partition"], registry=registry)
         self.assigned_partitions = Gauge(MetricName.ASSIGNED_PARTITIONS,
                                          "Input partitions this instance holds.", registry=registry)
         self.backoffs = Counter(MetricName.BACKOFFS, "Times the service backed off after a transient fault, by cause.",

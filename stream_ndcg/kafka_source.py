@@ -16,7 +16,16 @@ kafka-python 3.0 faults this adapter works around (each seen in this project's t
   names the partition and offset, and the fetcher is unjammed (see `_undecodable_records`);
 - a consumer can stop fetching partitions that have records after some rebalances
   (dpkp/kafka-python#3131): a quiet partition's end offset is compared with the position
-  every `STALL_CHECK_S`, and `ConsumerStalled` tells the processor to open a new consumer.
+  every `STALL_CHECK_S`, and `ConsumerStalled` tells the processor to open a new consumer;
+- kafka-python reads uncommitted records unless told otherwise, and its `highwater()` is the
+  high watermark even under read-committed (it drops the last stable offset that fetch
+  responses carry): `consumer_options` always sets `isolation_level="read_committed"`, and
+  `stable_ends` asks the brokers (ListOffsets under read-committed answers with the last
+  stable offset).
+
+Reading committed records only is not a setting: a producer that writes in transactions
+(Kafka Streams, Flink's exactly-once sink, any `transactional.id`) also writes records of
+aborted transactions, which must never be counted; for plain producers it changes nothing.
 """
 
 from __future__ import annotations
@@ -29,11 +38,39 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
-from kafka.errors import KafkaError, UnsupportedCodecError
+from kafka.errors import IllegalStateError, KafkaError, UnsupportedCodecError
 from kafka.structs import OffsetAndMetadata
 
 from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled, UndecodableRecords
 from stream_ndcg.source import Partition, Record, StartFrom
+
+
+def consumer_options(client_options: Mapping[str, Any], *, group_id: str, auto_offset_reset: str,
+                     batch_size: int, max_message_bytes: int) -> dict[str, Any]:
+    """Every option of the service's kafka-python consumer: the connection's (`client_options`)
+    and this adapter's choices."""
+    return dict(
+        **client_options,
+        group_id=group_id,
+        enable_auto_commit=False,
+        auto_offset_reset=auto_offset_reset,
+        # Records of aborted transactions are skipped, and nothing past the last stable offset
+        # is returned (an open transaction holds its partition back, as in every Kafka consumer).
+        isolation_level="read_committed",
+        max_poll_records=batch_size,
+        fetch_max_bytes=max(52_428_800, max_message_bytes),
+        max_partition_fetch_bytes=max(1_048_576, max_message_bytes),
+        client_id=f"stream-ndcg-{group_id}",
+        reconnect_backoff_max_ms=10_000,
+        # The loop polls at least every few seconds, even while it backs off from a Redis
+        # outage, so a member that stops polling for a minute is stuck, and a rebalance
+        # should not wait five minutes (the default) for it.
+        max_poll_interval_ms=60_000,
+        session_timeout_ms=10_000,
+        heartbeat_interval_ms=3_000,
+        # New partitions of the subscribed topics are noticed within half a minute.
+        metadata_max_age_ms=30_000,
+    )
 
 
 class KafkaSource:
@@ -130,8 +167,34 @@ class KafkaSource:
             raise BrokerUnavailable(f"Kafka offset commit failed: {exc}") from exc
 
     def highwater(self, partition: Partition) -> int | None:
+        # The high watermark, from the last fetch response: past open transactions' records.
         highwater: int | None = self.consumer.highwater(TopicPartition(partition.topic, partition.partition))
         return highwater
+
+    def position(self, partition: Partition) -> int | None:
+        """The offset of the next record this consumer will return; past control records (the
+        markers that end transactions) and aborted records it skipped."""
+        tp = TopicPartition(partition.topic, partition.partition)
+        try:
+            # No wait: a position not known yet (a reset still pending) is None, not a round trip.
+            position: int | None = self.consumer.position(tp, timeout_ms=0)
+        except IllegalStateError:
+            # Taken away by a rebalance that the loop has not seen yet.
+            return None
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"Kafka position unavailable: {type(exc).__name__}: {exc}") from exc
+        return position
+
+    def stable_ends(self, partitions: Collection[Partition]) -> dict[Partition, int]:
+        """The last stable offsets (one ListOffsets round trip under read-committed)."""
+        if not partitions:
+            return {}
+        tps = [TopicPartition(p.topic, p.partition) for p in partitions]
+        try:
+            ends = self.consumer.end_offsets(tps, timeout_ms=5_000)
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"Kafka offsets unavailable: {type(exc).__name__}: {exc}") from exc
+        return {Partition(tp.topic, tp.partition): offset for tp, offset in ends.items()}
 
     def log_start(self, partition: Partition) -> int:
         tp = TopicPartition(partition.topic, partition.partition)
@@ -164,6 +227,7 @@ class KafkaSource:
         if not quiet:
             return
         try:
+            # Last stable offsets: a trailing marker or an open transaction is not a record to fetch.
             ends = self.consumer.end_offsets(quiet, timeout_ms=5_000)
             behind = [tp for tp in quiet if ends.get(tp, 0) > self.consumer.position(tp, timeout_ms=5_000)]
         except KafkaError as exc:

@@ -19,7 +19,7 @@ from stream_ndcg.engine import Engine
 from stream_ndcg.events import Limits
 from stream_ndcg.explorer import Explorer
 from stream_ndcg.exporter import Exporter, WindowTotals, WindowView
-from stream_ndcg.kafka_source import KafkaSource
+from stream_ndcg.kafka_source import KafkaSource, consumer_options
 from stream_ndcg.pipeline import BatchPipeline, RecordChecks
 from stream_ndcg.redis_store import RedisStore, connect
 from stream_ndcg.segments import SegmentProjector
@@ -69,25 +69,9 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
                     judgment_max_age_ms=settings.judgment_ttl, dedup_horizon_ms=settings.dedup_horizon,
                     drilldown=settings.drilldown)
     kafka_options = settings.kafka_client_options()
-    consumer_options = dict(
-        **kafka_options,
-        group_id=settings.group_id,
-        enable_auto_commit=False,
-        auto_offset_reset=settings.auto_offset_reset,
-        max_poll_records=settings.batch_size,
-        fetch_max_bytes=max(52_428_800, settings.max_message_bytes),
-        max_partition_fetch_bytes=max(1_048_576, settings.max_message_bytes),
-        client_id=f"stream-ndcg-{settings.group_id}",
-        reconnect_backoff_max_ms=10_000,
-        # The loop polls at least every few seconds, even while it backs off from a Redis
-        # outage, so a member that stops polling for a minute is stuck, and a rebalance
-        # should not wait five minutes (the default) for it.
-        max_poll_interval_ms=60_000,
-        session_timeout_ms=10_000,
-        heartbeat_interval_ms=3_000,
-        # New partitions of the subscribed topics are noticed within half a minute.
-        metadata_max_age_ms=30_000,
-    )
+    options = consumer_options(kafka_options, group_id=settings.group_id,
+                               auto_offset_reset=settings.auto_offset_reset, batch_size=settings.batch_size,
+                               max_message_bytes=settings.max_message_bytes)
     checks = RecordChecks(Limits(max_results=settings.max_results, max_message_bytes=settings.max_message_bytes),
                           require_key=settings.require_key, max_future_ms=settings.max_future)
     pipeline = BatchPipeline(
@@ -97,7 +81,7 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
                                  settings.dead_letter_topic, exporter.dead_letters_dropped.inc)
         if settings.dead_letter_topic else None,
     )
-    processor = StreamProcessor(KafkaSource(lambda: KafkaConsumer(**consumer_options)), store, pipeline, exporter,
+    processor = StreamProcessor(KafkaSource(lambda: KafkaConsumer(**options)), store, pipeline, exporter,
                                 settings)
     return processor, exporter
 

@@ -92,7 +92,18 @@ class Source(Protocol):
         ...
 
     def highwater(self, partition: Partition) -> int | None:
-        """The partition's end offset as last seen, None if not known yet."""
+        """The partition's high watermark as last seen (past the records of open transactions),
+        None if not known yet."""
+        ...
+
+    def position(self, partition: Partition) -> int | None:
+        """The offset of the next record `poll` returns: past the transactions' markers and the
+        aborted records it skipped, which a record's offset never shows. None if not known yet."""
+        ...
+
+    def stable_ends(self, partitions: Collection[Partition]) -> dict[Partition, int]:
+        """Each partition's last stable offset: the end of what committed transactions and plain
+        producers wrote, where reading committed records stops (asks the brokers)."""
         ...
 
     def log_start(self, partition: Partition) -> int:
@@ -115,14 +126,21 @@ class LocalRecord:
 
 class LocalSource:
     """An in-memory `Source`: topics are lists of records, this member is assigned every partition
-    unless a test says otherwise (`assign`), and faults are injected with `fail_next_poll`."""
+    unless a test says otherwise (`assign`), and faults are injected with `fail_next_poll`.
+
+    Transactions as a read-committed consumer sees them: `append_marker` takes an offset that
+    `poll` never returns (a commit or abort marker), and `open_transaction` holds the partition
+    at its end until `close_transaction`."""
 
     def __init__(self, topics: Mapping[str, int]) -> None:
-        self.logs: dict[Partition, list[LocalRecord]] = {
+        # None at an offset: a transaction marker, skipped by poll.
+        self.logs: dict[Partition, list[LocalRecord | None]] = {
             Partition(topic, p): [] for topic, count in topics.items() for p in range(count)}
         self.positions: dict[Partition, int] = {}
         self.committed: dict[Partition, int] = {}
         self.log_starts: dict[Partition, int] = dict.fromkeys(self.logs, 0)
+        # Where an open transaction holds a partition: its last stable offset.
+        self.open_transactions: dict[Partition, int] = {}
         self.subscribed: tuple[str, ...] = ()
         self.opened = 0
         self.closed = 0
@@ -136,6 +154,18 @@ class LocalSource:
     def append(self, topic: str, partition: int, *, key: bytes | None, value: bytes | None) -> None:
         log = self.logs[Partition(topic, partition)]
         log.append(LocalRecord(topic, partition, len(log), key, value))
+
+    def append_marker(self, topic: str, partition: int) -> None:
+        """A transaction's commit or abort marker: it takes an offset, and is never returned."""
+        self.logs[Partition(topic, partition)].append(None)
+
+    def open_transaction(self, topic: str, partition: int) -> None:
+        """What follows is held back (past the last stable offset) until `close_transaction`."""
+        partition_ = Partition(topic, partition)
+        self.open_transactions.setdefault(partition_, len(self.logs[partition_]))
+
+    def close_transaction(self, topic: str, partition: int) -> None:
+        self.open_transactions.pop(Partition(topic, partition), None)
 
     def delete_records(self, topic: str, partition: int, before: int) -> None:
         """What retention or the admin API's delete-records does: offsets below `before` are gone."""
@@ -178,10 +208,16 @@ class LocalSource:
                 continue
             # Like a Kafka consumer whose position fell out of range: it resets to the log start.
             position = max(position, self.log_starts[partition])
-            taken = self.logs[partition][position: position + room]
+            stable = self._stable_end(partition)
+            taken: list[Record] = []
+            while position < stable and len(taken) < room:
+                record = self.logs[partition][position]
+                if record is not None:
+                    taken.append(record)
+                position += 1
+            self.positions[partition] = position
             if taken:
-                batch[partition] = list(taken)
-                self.positions[partition] = position + len(taken)
+                batch[partition] = taken
                 room -= len(taken)
         return batch
 
@@ -207,8 +243,17 @@ class LocalSource:
     def highwater(self, partition: Partition) -> int | None:
         return len(self.logs[partition])
 
+    def position(self, partition: Partition) -> int | None:
+        return self.positions.get(partition)
+
+    def stable_ends(self, partitions: Collection[Partition]) -> dict[Partition, int]:
+        return {p: self._stable_end(p) for p in partitions}
+
     def log_start(self, partition: Partition) -> int:
         return self.log_starts[partition]
+
+    def _stable_end(self, partition: Partition) -> int:
+        return self.open_transactions.get(partition, len(self.logs[partition]))
 
     def close(self) -> None:
         self._open = False

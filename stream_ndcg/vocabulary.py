@@ -131,6 +131,7 @@ class MetricName:
     JUDGMENT_LATENCY: Final = f"{PREFIX}_judgment_to_metric_seconds"
     REDIS_ROUND_TRIP: Final = f"{PREFIX}_redis_round_trip_seconds"
     CONSUMER_LAG: Final = f"{PREFIX}_consumer_lag"
+    CONSUMER_HELD_BACK: Final = f"{PREFIX}_consumer_held_back_offsets"
     ASSIGNED_PARTITIONS: Final = f"{PREFIX}_assigned_partitions"
     BACKOFFS: Final = f"{PREFIX}_backoffs"
     OFFSETS_SKIPPED: Final = f"{PREFIX}_offsets_skipped"
