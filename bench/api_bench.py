@@ -35,16 +35,17 @@ import redis
 
 from bench.replay_bench import write_section
 from bench.service_bench import memory_by_kind
-from stream_ndcg.api import Api
 from stream_ndcg.config import Settings
-from stream_ndcg.devtools.servers import RedisServer, free_port
+from stream_ndcg.devtools.redis_servers import RedisServer
+from stream_ndcg.devtools.servers import free_port
+from stream_ndcg.drilldown.api import Api
+from stream_ndcg.drilldown.explorer import Explorer
 from stream_ndcg.engine import Engine
 from stream_ndcg.events import parse_event
-from stream_ndcg.explorer import Explorer
 from stream_ndcg.exporter import WindowView
 from stream_ndcg.pipeline import BatchPipeline, RecordChecks
-from stream_ndcg.redis_store import RedisStore
 from stream_ndcg.service import collect_garbage_for_batches
+from stream_ndcg.state.redis import RedisStore
 
 PARTITIONS = 4
 BATCH = 500

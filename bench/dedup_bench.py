@@ -26,7 +26,7 @@ from bench.api_bench import BATCH, Writer
 from bench.replay_bench import write_section
 from bench.service_bench import memory_by_kind, workload
 from stream_ndcg.config import Settings
-from stream_ndcg.devtools.servers import RedisServer
+from stream_ndcg.devtools.redis_servers import RedisServer
 from stream_ndcg.setting_values import format_duration
 
 

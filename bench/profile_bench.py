@@ -26,7 +26,8 @@ import redis
 from bench.replay_bench import write_section
 from bench.service_bench import ServiceProcess, counted, create_topic, workload
 from stream_ndcg.devtools.producer import produce
-from stream_ndcg.devtools.servers import KafkaBroker, RedisServer
+from stream_ndcg.devtools.redis_servers import RedisServer
+from stream_ndcg.devtools.servers import KafkaBroker
 
 # A sample belongs to the first step whose frame its stack holds (the steps do not nest).
 STEPS = (

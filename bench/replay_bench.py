@@ -22,7 +22,7 @@ import pytrec_eval
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.events import Impression, InvalidEvent, parse_event
 from stream_ndcg.metric import Measure
-from stream_ndcg.replay import Replay
+from stream_ndcg.offline.replay import Replay
 
 CUTOFFS = (5, 10)
 # The cost issue's target: the replay within 5x of pytrec_eval's time.

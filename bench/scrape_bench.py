@@ -40,11 +40,11 @@ from prometheus_client.exposition import generate_latest
 
 from bench.replay_bench import write_section
 from stream_ndcg.config import Settings
-from stream_ndcg.devtools.servers import RedisServer
+from stream_ndcg.devtools.redis_servers import RedisServer
 from stream_ndcg.engine import BatchOutcome
 from stream_ndcg.exporter import Exporter, WindowView
-from stream_ndcg.redis_store import RedisStore
-from stream_ndcg.store import Commit
+from stream_ndcg.state.base import Commit
+from stream_ndcg.state.redis import RedisStore
 from stream_ndcg.vocabulary import IMPRESSIONS, dcg_at, judged_at, ndcg_at, scored_at
 from stream_ndcg.windows import by_segment_values, window_means
 

@@ -46,15 +46,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.replay_bench import write_section
 from stream_ndcg.config import Settings
 from stream_ndcg.devtools.producer import produce
-from stream_ndcg.devtools.servers import KafkaBroker, RedisServer, free_port
+from stream_ndcg.devtools.redis_servers import RedisServer
+from stream_ndcg.devtools.servers import KafkaBroker, free_port
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
 from stream_ndcg.events import parse_event
 from stream_ndcg.metric import Measure
 from stream_ndcg.pipeline import BatchPipeline, PartitionBatch
-from stream_ndcg.redis_store import RedisStore
 from stream_ndcg.service import build, collect_garbage_for_batches
-from stream_ndcg.store import Commit
+from stream_ndcg.state.base import Commit
+from stream_ndcg.state.redis import RedisStore
 from stream_ndcg.vocabulary import MetricName
 
 BATCH = 500

@@ -30,7 +30,8 @@ import redis
 from bench.replay_bench import write_section
 from bench.service_bench import ServiceProcess, counted, create_topic, process_memory
 from stream_ndcg.devtools.producer import produce
-from stream_ndcg.devtools.servers import KafkaBroker, RedisServer
+from stream_ndcg.devtools.redis_servers import RedisServer
+from stream_ndcg.devtools.servers import KafkaBroker
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 
 SETTINGS = {"clock": "event", "windows": "30s,1m", "bucket": "5s", "grace": "10s", "dedup_horizon": "20s",

@@ -8,15 +8,15 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import BinaryIO
 
 from stream_ndcg import __version__
-from stream_ndcg.backfill import add_history_flags, history_of, settings_of, write_history
 from stream_ndcg.config import EPOCH_SECONDS_BELOW_MS, Settings, env_name, flag_name, help_line
 from stream_ndcg.errors import ConfigError
-from stream_ndcg.events import InvalidEvent, Limits
+from stream_ndcg.events import Limits
 from stream_ndcg.metric import DEFAULT_CUTOFFS, DEFAULT_GAIN, DEFAULT_IDEAL, GAINS, IDEALS, Measure
-from stream_ndcg.replay import Replay
+from stream_ndcg.offline.files import replay_files
+from stream_ndcg.offline.history import add_history_flags, history_of, settings_of, write_history
+from stream_ndcg.offline.replay import Replay
 from stream_ndcg.setting_values import format_duration, parse_cutoffs
 
 
@@ -25,45 +25,6 @@ def _cutoffs_flag(text: str) -> tuple[int, ...]:
         return parse_cutoffs(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-class _Progress:
-    """A one-line progress report on stderr, only when a person is watching it."""
-
-    def __init__(self, total_bytes: int) -> None:
-        self.enabled = sys.stderr.isatty() and total_bytes > 1_000_000
-        self.total = total_bytes
-        self.done = 0
-
-    def advance(self, nbytes: int) -> None:
-        previous = self.done
-        self.done += nbytes
-        if self.enabled and self.done * 100 // self.total != previous * 100 // self.total:
-            sys.stderr.write(f"\rreplay: {self.done * 100 // self.total:3d}% of {self.total:,} bytes")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
-
-
-def _replay_stream(replay: Replay, name: str, stream: BinaryIO, progress: _Progress) -> bool:
-    """Apply a file's lines; False if it had lines and every one was rejected."""
-    lines = rejected = 0
-    for number, line in enumerate(stream, start=1):
-        progress.advance(len(line))
-        if not line.strip():
-            continue
-        lines += 1
-        rejection = replay.add(line.rstrip(b"\r\n"))
-        if isinstance(rejection, InvalidEvent):
-            rejected += 1
-            print(f"{name}:{number}: rejected ({rejection.reason}): {rejection.detail}", file=sys.stderr)
-    if lines and rejected == lines:
-        print(f"stream-ndcg replay: every line of {name} ({lines}) was rejected: is it a file of events, "
-              "one JSON object a line (see the event contract in the README)?", file=sys.stderr)
-        return False
-    return True
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -82,21 +43,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(f"stream-ndcg replay: cannot write {flag} {path}: directory "
                   f"{directory} does not exist or is not writable (create it first)", file=sys.stderr)
             return 2
-    sizes = [os.path.getsize(p) for p in args.files if p != "-" and os.path.isfile(p)]
-    progress = _Progress(sum(sizes))
-    status = 0
-    for path in args.files:
-        try:
-            if path == "-":
-                usable = _replay_stream(replay, "<stdin>", sys.stdin.buffer, progress)
-            else:
-                with open(path, "rb") as stream:
-                    usable = _replay_stream(replay, path, stream, progress)
-        except OSError as exc:
-            print(f"stream-ndcg replay: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)
-            usable = False
-        status = status if usable else 1
-    progress.close()
+    status = 0 if replay_files(replay, args.files) else 1
     if replay.earliest_ts is not None and replay.earliest_ts < EPOCH_SECONDS_BELOW_MS:
         print(f"stream-ndcg replay: warning: event times as small as ts={replay.earliest_ts} fall before 1973 "
               "as epoch milliseconds: are they epoch seconds? The contract wants milliseconds (or RFC 3339); "
@@ -117,9 +64,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_judging_queue(args: argparse.Namespace) -> int:
-    from stream_ndcg.api import judging_queue_body
+    from stream_ndcg.drilldown.api import judging_queue_body
+    from stream_ndcg.drilldown.explorer import Question
     from stream_ndcg.errors import RequestError, StoreUnavailable
-    from stream_ndcg.explorer import Question
     from stream_ndcg.service import explorer
 
     settings = _settings(args)
@@ -226,9 +173,11 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 def _check_state(settings: Settings) -> int:
     """`check-config --state`: what `run` would do with the state stored in Redis; 2 if it would refuse it."""
-    from stream_ndcg import reconfigure, state_format
+    from stream_ndcg import reconfigure
     from stream_ndcg.errors import StoreUnavailable
-    from stream_ndcg.redis_store import RedisStore, connect
+    from stream_ndcg.state import format as state_format
+    from stream_ndcg.state.redis import RedisStore
+    from stream_ndcg.state.redis_reads import connect
 
     store = RedisStore(lambda: connect(settings.redis_url, cluster=settings.redis_cluster,
                                        ca_file=settings.redis_ca_file),
@@ -247,17 +196,17 @@ def _check_state(settings: Settings) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from stream_ndcg.devtools import servers
+    from stream_ndcg.devtools import dev_stack
 
     if args.action == "up":
-        state = servers.dev_up(args.kafka_port, args.redis_port, redis_cluster=args.redis_cluster)
+        state = dev_stack.dev_up(args.kafka_port, args.redis_port, redis_cluster=args.redis_cluster)
         print(f"kafka  {state['bootstrap_servers']}  (STREAM_NDCG_BOOTSTRAP_SERVERS)")
         print(f"redis  {state['redis_url']}  (STREAM_NDCG_REDIS_URL)")
         if args.redis_cluster:
             print("       a cluster of 3 masters  (STREAM_NDCG_REDIS_CLUSTER=true)")
         print("stop both with: stream-ndcg dev down")
         return 0
-    if not servers.dev_down():
+    if not dev_stack.dev_down():
         print("nothing is up", file=sys.stderr)
     return 0
 

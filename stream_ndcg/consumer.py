@@ -20,10 +20,11 @@ from stream_ndcg.backoff import Backoff
 from stream_ndcg.config import Settings
 from stream_ndcg.errors import ConsumerStalled, FencedError, RecoverableError, StoreUnavailable, UndecodableRecords
 from stream_ndcg.exporter import Exporter
+from stream_ndcg.lag import LagReport
 from stream_ndcg.ownership import Claim, Ownership
 from stream_ndcg.pipeline import BatchPipeline, BatchResult, PartitionBatch
-from stream_ndcg.source import Partition, Record, Source, StartFrom
-from stream_ndcg.store import CommitInFlight, StateStore
+from stream_ndcg.source.base import Partition, Record, Source, StartFrom
+from stream_ndcg.state.base import CommitInFlight, StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +79,6 @@ class StreamProcessor:
     """
 
     IDLE_CHECK_S = 2.0
-    # How often the lag is asked of the brokers (the last stable offset takes a round trip).
-    LAG_CHECK_S = 2.0
 
     def __init__(self, source: Source, store: StateStore, pipeline: BatchPipeline, exporter: Exporter,
                  settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
@@ -104,7 +103,7 @@ class StreamProcessor:
         # back (and so clears `_undecodable`) must not say it again.
         self._undecodable_said: set[str] = set()
         self._last_contact = time.monotonic()
-        self._next_lag_check = 0.0
+        self.lag = LagReport(source, exporter)
         # The batch whose commit was sent and whose reply is still to be read (step 6).
         self._sent: _SentBatch | None = None
 
@@ -215,7 +214,7 @@ class StreamProcessor:
             self._last_contact = time.monotonic()
         self._advance_past_markers(polled.keys())
         self._claim_pending()
-        self._report_lag()
+        self.lag.report(self.ownership)
 
     def _recover(self, exc: RecoverableError) -> None:
         level = logging.WARNING
@@ -262,11 +261,7 @@ class StreamProcessor:
         for partition in gone:
             self._undecodable.discard(partition)
             # The new holder reports this partition's lag from now on.
-            for gauge in (self.exporter.consumer_lag, self.exporter.consumer_held_back):
-                try:
-                    gauge.remove(partition.topic, str(partition.partition))
-                except KeyError:
-                    pass
+            self.lag.forget(partition)
         if gone:
             logger.info("revoked %s", ", ".join(sorted(p.name for p in gone)))
         if new:
@@ -393,23 +388,3 @@ class StreamProcessor:
         for partition, (_, position) in moves.items():
             self.ownership.committed(partition, position)
         self._commit_kafka_offsets(asynchronous=True)
-
-    def _report_lag(self) -> None:
-        """The lag against the last stable offset, and what an open transaction holds back (the
-        high watermark past it), every `LAG_CHECK_S`."""
-        now = time.monotonic()
-        if now < self._next_lag_check:
-            return
-        self._next_lag_check = now + self.LAG_CHECK_S
-        owned = {partition: claim.offset for partition, claim in self.ownership.owned() if claim.offset is not None}
-        try:
-            stable_ends = self.source.stable_ends(list(owned))
-        except RecoverableError as exc:
-            # The lag waits for the next check; consuming goes on.
-            logger.info("consumer lag not updated: %s", exc)
-            return
-        for partition, stable in stable_ends.items():
-            labels = (partition.topic, str(partition.partition))
-            self.exporter.consumer_lag.labels(*labels).set(max(0, stable - owned[partition]))
-            highwater = self.source.highwater(partition)
-            self.exporter.consumer_held_back.labels(*labels).set(max(0, (highwater or stable) - stable))

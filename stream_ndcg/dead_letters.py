@@ -10,7 +10,7 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaError, MessageSizeTooLargeError
 
 from stream_ndcg.errors import BrokerUnavailable
-from stream_ndcg.source import Record
+from stream_ndcg.source.base import Record
 
 logger = logging.getLogger(__name__)
 

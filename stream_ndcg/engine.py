@@ -11,7 +11,7 @@ distinct lists that show the document, never to its raw impressions.
 
 Aggregates are flat sums keyed by (bucket, segment key, field), the fields
 and the event counts named in `vocabulary`; `windows` turns them into means.
-The stored form of the state is `state_format`'s, not the engine's.
+The stored form of the state is `state.format`'s, not the engine's.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from stream_ndcg.drilldown import Row, group_row
-from stream_ndcg.events import Event, Impression, InvalidEvent, Judgment, revision_precedence
-from stream_ndcg.metric import Measure, first_occurrences, ideal_dcg, list_sums, pooled_ndcg, pooled_sums, score_list
+from stream_ndcg.events import Event, Impression, InvalidEvent, Judgment
+from stream_ndcg.metric import Measure, ideal_dcg, list_sums, pooled_ndcg, pooled_sums, score_list
+from stream_ndcg.query_state import Group, QueryState, Revision, revision_of
+from stream_ndcg.rows import Row, group_row
 from stream_ndcg.vocabulary import (
     IMPRESSION,
     IMPRESSIONS,
@@ -44,135 +45,9 @@ from stream_ndcg.windows import oldest_kept_bucket
 # rejects them.
 FORGET_AFTER_MAX_AGES = 2
 
-# (ts, event_id, grade): one judgment event of a (query, document) pair.
-Revision = tuple[int, str | None, float | None]
 SegmentKeyFn = Callable[[Segment], str]
 
 
-def precedence(revision: Revision) -> tuple[int, bool, str, bool, float]:
-    """`revision_precedence` of a stored revision."""
-    return revision_precedence(*revision)
-
-
-def revision_of(judgment: Judgment) -> Revision:
-    return (judgment.ts, judgment.event_id, judgment.grade)
-
-
-@dataclass
-class Group:
-    """The impressions of one query in one time bucket and one segment."""
-
-    impressions: int = 0
-    # Each distinct list with its count; kept here only for the list ideal,
-    # which scores list by list (the store keeps them all for drill-down).
-    lists: dict[tuple[str, ...], int] = field(default_factory=dict)
-    # What this group has added to the aggregates, per field: the engine adds
-    # the difference whenever it recomputes the group.
-    credited: dict[str, float] = field(default_factory=dict)
-    # doc -> {first rank -> impressions showing it there}: all the pool ideal needs.
-    ranks: dict[str, dict[int, int]] = field(default_factory=dict)
-    # rank -> impressions with a document there: the ranks summed over documents, derived on first
-    # use and then kept up to date (`shown_at`).
-    _shown_at: dict[int, int] | None = field(default=None, repr=False, compare=False)
-    # The drill-down's exposure figures (`drilldown.group_row`): they depend on the ranks and on
-    # which of the group's documents are judged, so they are kept until the engine recomputes the
-    # group from them (`Engine._recredit`). Under the pool ideal most rows a judgment rewrites are
-    # renormalised only, and reuse them.
-    exposure: tuple[float, ...] | None = field(default=None, repr=False, compare=False)
-    # The ranks as the store writes them (`state_format.encode_group`), kept until they change:
-    # under the pool ideal a judgment rewrites every group of its query, most of them with the
-    # ranks they had.
-    encoded_ranks: str | None = field(default=None, repr=False, compare=False)
-
-    def add_list(self, ranked: tuple[str, ...], count: int, depth: int, *, keep_list: bool) -> None:
-        self.encoded_ranks = None
-        if keep_list:
-            self.lists[ranked] = self.lists.get(ranked, 0) + count
-        shown = self._shown_at
-        for rank, doc in first_occurrences(ranked, depth):
-            at = self.ranks.setdefault(doc, {})
-            at[rank] = at.get(rank, 0) + count
-            if shown is not None:
-                shown[rank] = shown.get(rank, 0) + count
-
-    def shown_at(self) -> dict[int, int]:
-        """rank -> how many of the group's impressions show a document there."""
-        if self._shown_at is None:
-            shown: dict[int, int] = {}
-            for at in self.ranks.values():
-                for rank, count in at.items():
-                    shown[rank] = shown.get(rank, 0) + count
-            self._shown_at = shown
-        return self._shown_at
-
-
-@dataclass
-class QueryState:
-    """Everything the engine knows about one query."""
-
-    # Every distinct judgment event seen per document (so that one seen again is known as a
-    # duplicate), less those forgotten (FORGET_AFTER_MAX_AGES); the greatest by `precedence` is
-    # the document's grade.
-    revisions: dict[str, list[Revision]] = field(default_factory=dict)
-    groups: dict[tuple[int, str], Group] = field(default_factory=dict)
-    # The greatest revision per document, found once and then kept up to date: a head query
-    # collects thousands of judgment events, and each new one is compared with the winner only.
-    _winners: dict[str, Revision] = field(default_factory=dict, repr=False, compare=False)
-    _grades: dict[str, float] | None = field(default=None, repr=False, compare=False)
-
-    def _winner(self, doc: str) -> Revision:
-        winner = self._winners.get(doc)
-        if winner is None:
-            winner = self._winners[doc] = max(self.revisions[doc], key=precedence)
-        return winner
-
-    def grades(self) -> dict[str, float]:
-        """The current grade of each judged document (retracted ones left out)."""
-        if self._grades is None:
-            current: dict[str, float] = {}
-            for doc in self.revisions:
-                grade = self._winner(doc)[2]
-                if grade is not None:
-                    current[doc] = grade
-            self._grades = current
-        return self._grades
-
-    def add_revision(self, doc: str, revision: Revision) -> tuple[float | None, float | None] | None:
-        """Record a judgment event; None if it was seen before, else the document's grade before and after."""
-        seen = self.revisions.get(doc)
-        if seen is None:
-            self.revisions[doc] = [revision]
-            before, winner = None, revision
-        else:
-            previous = self._winner(doc)
-            newer = precedence(revision) > precedence(previous)
-            # Every event seen ranks at most the winner: only an older one needs the search.
-            if not newer and revision in seen:
-                return None
-            seen.append(revision)
-            before, winner = previous[2], revision if newer else previous
-        self._winners[doc] = winner
-        after = winner[2]
-        if self._grades is not None and after != before:
-            if after is None:
-                del self._grades[doc]
-            else:
-                self._grades[doc] = after
-        return before, after
-
-    def forget_revisions(self, doc: str, before_ts: int) -> bool:
-        """Drop the document's events older than `before_ts`, except its winner; whether any went.
-        Only the two seen first are looked at before the whole list is walked: events arrive
-        roughly in time order, so an old one is near the front."""
-        seen = self.revisions[doc]
-        if all(revision[0] >= before_ts for revision in seen[:2]):
-            return False
-        winner = self._winner(doc)
-        kept = [revision for revision in seen if revision[0] >= before_ts or revision == winner]
-        if len(kept) == len(seen):
-            return False
-        self.revisions[doc] = kept
-        return True
 
 
 @dataclass
@@ -205,7 +80,7 @@ class BatchOutcome:
     impression_buckets: dict[str, int] = field(default_factory=dict)
     # (query, bucket, segment, list) -> impressions that showed it in this batch.
     lists: dict[tuple[str, int, str, tuple[str, ...]], int] = field(default_factory=dict)
-    # (query, bucket, segment) -> the drill-down row of each group written back (`drilldown.group_row`).
+    # (query, bucket, segment) -> the drill-down row of each group written back (`rows.group_row`).
     rows: dict[tuple[str, int, str], Row] = field(default_factory=dict)
     clock_ms: int | None = None
 
@@ -387,7 +262,7 @@ class Engine:
         for key, group in state.groups.items():
             if key in todo.groups or not todo.docs.isdisjoint(group.ranks):
                 # New impressions or a grade of one of its documents: its exposure figures go too.
-                group.exposure = None
+                group.forget_exposure()
                 totals = self._totals(group, grades, gains, ideals)
             elif renormalise:
                 totals = pooled_ndcg(dict(group.credited), group.impressions, ideals)

@@ -39,7 +39,7 @@ from stream_ndcg.config import Settings
 from stream_ndcg.errors import StoreUnavailable
 from stream_ndcg.listener import Listener
 from stream_ndcg.setting_values import format_duration
-from stream_ndcg.store import StateStore
+from stream_ndcg.state.base import StateStore
 from stream_ndcg.vocabulary import EVENT_TYPES, MetricName, duplicate, rejection_reason
 from stream_ndcg.window_sums import WindowSums
 from stream_ndcg.windows import means

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
-from stream_ndcg.source import Partition
+from stream_ndcg.source.base import Partition
 
 
 @dataclass

@@ -19,8 +19,8 @@ from stream_ndcg.dead_letters import DeadLetters
 from stream_ndcg.engine import Engine
 from stream_ndcg.events import DEFAULT_LIMITS, Event, Impression, InvalidEvent, Judgment, Limits, parse_event
 from stream_ndcg.segments import SegmentProjector
-from stream_ndcg.source import Record
-from stream_ndcg.store import Commit, CommitInFlight, DeferredCommit, StateStore
+from stream_ndcg.source.base import Record
+from stream_ndcg.state.base import Commit, CommitInFlight, DeferredCommit, StateStore
 
 
 @dataclass(frozen=True)

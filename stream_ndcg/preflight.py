@@ -1,7 +1,7 @@
 """`stream-ndcg check-config --connect`: reach Kafka and Redis as the service would, and say what is wrong.
 
 Each check uses the service's own client options (`Settings.kafka_client_options`,
-`redis_store.connect`), so credentials, TLS and cluster mode are tried exactly as `run`
+`state.redis_reads.connect`), so credentials, TLS and cluster mode are tried exactly as `run`
 will use them, but gives up within seconds instead of backing off forever.
 
     problems = check(settings, report=print)
@@ -17,8 +17,8 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from stream_ndcg.config import Settings
 from stream_ndcg.errors import StoreUnavailable
-from stream_ndcg.redis_store import connect
 from stream_ndcg.setting_values import mask_url
+from stream_ndcg.state.redis_reads import connect
 
 # Long enough for a TLS and SASL handshake across a region, short enough for a person waiting.
 TIMEOUT_MS = 8_000

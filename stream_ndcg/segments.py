@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stream_ndcg.events import Impression
-from stream_ndcg.store import StateStore
+from stream_ndcg.state.base import StateStore
 from stream_ndcg.vocabulary import MISSING, OVERFLOW
 
 

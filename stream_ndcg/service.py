@@ -11,18 +11,19 @@ from collections.abc import Callable
 from kafka import KafkaConsumer, KafkaProducer
 from prometheus_client import CollectorRegistry
 
-from stream_ndcg.api import Api
 from stream_ndcg.config import Settings
 from stream_ndcg.consumer import StreamProcessor
 from stream_ndcg.dead_letters import DeadLetters
+from stream_ndcg.drilldown.api import Api
+from stream_ndcg.drilldown.explorer import Explorer
 from stream_ndcg.engine import Engine
 from stream_ndcg.events import Limits
-from stream_ndcg.explorer import Explorer
 from stream_ndcg.exporter import Exporter, WindowTotals, WindowView
-from stream_ndcg.kafka_source import KafkaSource, consumer_options
 from stream_ndcg.pipeline import BatchPipeline, RecordChecks
-from stream_ndcg.redis_store import RedisStore, connect
 from stream_ndcg.segments import SegmentProjector
+from stream_ndcg.source.kafka import KafkaSource, consumer_options
+from stream_ndcg.state.redis import RedisStore
+from stream_ndcg.state.redis_reads import connect
 
 logger = logging.getLogger(__name__)
 

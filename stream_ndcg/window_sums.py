@@ -22,12 +22,9 @@ from __future__ import annotations
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from stream_ndcg.vocabulary import segment_values
-
-if TYPE_CHECKING:  # the stores import the pure modules, never the other way round
-    from stream_ndcg.store import AggregateRead
 
 # The sums of one bucket of one partition: (segment key, field) -> sum.
 BucketSums = Mapping[tuple[str, str], float]
@@ -47,6 +44,22 @@ def exact(value: float) -> int:
 def rounded(total: int) -> float:
     """The double nearest a whole number of 2**-1074 (int / int rounds correctly)."""
     return total / (1 << _GRID_BITS)
+
+
+@dataclass
+class AggregateRead:
+    """What a scrape reads of one partition's aggregate sums: a store's `read_aggregates` yields them,
+    `WindowSums` takes them in."""
+
+    partition: str
+    # Where the next read goes on from; None: read the partition whole next time.
+    mark: str | None
+    # True: `buckets` are all the partition's buckets from the `since_bucket` asked for on, so
+    # forget what was held of it; False: the buckets changed since the mark (some perhaps again).
+    whole: bool
+    # bucket -> (segment key, field) -> sum
+    buckets: dict[int, dict[tuple[str, str], float]]
+
 
 
 class WindowSums:

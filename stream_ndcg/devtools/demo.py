@@ -16,11 +16,12 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from prometheus_client import CollectorRegistry
 
-from stream_ndcg.api import Api
 from stream_ndcg.config import Settings
 from stream_ndcg.devtools.producer import produce
-from stream_ndcg.devtools.servers import KafkaBroker, RedisServer
+from stream_ndcg.devtools.redis_servers import RedisServer
+from stream_ndcg.devtools.servers import KafkaBroker
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
+from stream_ndcg.drilldown.api import Api
 from stream_ndcg.service import build, explorer
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.vocabulary import MetricName, total

@@ -1,14 +1,15 @@
-"""Local Kafka and Redis for development and tests: real servers on loopback, no Docker.
+"""A local Kafka for development and tests: a real broker on loopback, no Docker; and what every
+local server shares (ports, readiness, stopping).
 
 Kafka is a single-node KRaft broker run from the broker's jars on Maven
 Central, fetched once with Maven into a cache outside the work tree
-(``$STREAM_NDCG_CACHE``, default ``~/.cache/stream-ndcg``). Redis is Debian's
-``redis-server``, with AOF ``everysec`` as production should run it. Both
-listen on 127.0.0.1 only. Kafka's command-line tools (the console producer
-of the tests) are fetched the same way, beside the broker's jars.
+(``$STREAM_NDCG_CACHE``, default ``~/.cache/stream-ndcg``), listening on
+127.0.0.1 only. Kafka's command-line tools (the console producer and the
+transactional copier of the tests) are fetched the same way, beside the
+broker's jars. Redis is `redis_servers`'.
 
-    with KafkaBroker.start(workdir) as kafka, RedisServer.start(workdir) as redis:
-        print(kafka.bootstrap, redis.url)
+    with KafkaBroker.start(workdir) as kafka:
+        print(kafka.bootstrap)
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ import os
 import shutil
 import signal
 import socket
-import ssl
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -108,7 +108,7 @@ def free_port() -> int:
         return port
 
 
-def _wait_for(check: str, ready: object, timeout: float, process: subprocess.Popen[bytes], log: Path) -> None:
+def wait_for_ready(check: str, ready: object, timeout: float, process: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -119,7 +119,7 @@ def _wait_for(check: str, ready: object, timeout: float, process: subprocess.Pop
     raise RuntimeError(f"{check} not ready after {timeout:.0f}s; see {log}")
 
 
-def _stop(process: subprocess.Popen[bytes] | None, pid: int | None = None, timeout: float = 20.0) -> None:
+def stop_process(process: subprocess.Popen[bytes] | None, pid: int | None = None, timeout: float = 20.0) -> None:
     """SIGTERM, then SIGKILL after `timeout`."""
     target = process.pid if process is not None else pid
     if target is None:
@@ -156,7 +156,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-class _Server:
+class LocalServer:
     process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Self:
@@ -166,7 +166,7 @@ class _Server:
         self.stop()
 
     def stop(self) -> None:
-        _stop(self.process)
+        stop_process(self.process)
         self.process = None
 
     def kill(self) -> None:
@@ -182,7 +182,7 @@ class _Server:
 
 
 @dataclass
-class KafkaBroker(_Server):
+class KafkaBroker(LocalServer):
     """A single-node KRaft broker (combined broker and controller) on loopback."""
 
     workdir: Path
@@ -276,7 +276,7 @@ class KafkaBroker(_Server):
                  "-cp", kafka_classpath(), "kafka.Kafka", str(self.workdir / "server.properties")],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=detach,
             )
-        _wait_for("Kafka", self._ready, 90, self.process, log)
+        wait_for_ready("Kafka", self._ready, 90, self.process, log)
 
     def _ready(self) -> bool:
         log = self.workdir / "server.log"
@@ -297,195 +297,8 @@ class KafkaBroker(_Server):
         self.launch()
 
 
-@dataclass(frozen=True)
-class TlsFiles:
-    """PEM files of a server certificate and the CA that signed it."""
-
-    ca: Path
-    cert: Path
-    key: Path
-
-
-@dataclass
-class RedisServer(_Server):
-    """redis-server on loopback with AOF (appendfsync everysec); TLS only, if `tls` is given;
-    a cluster node (not yet given slots) if `cluster`."""
-
-    workdir: Path
-    port: int
-    process: subprocess.Popen[bytes] | None = None
-    tls: TlsFiles | None = None
-    cluster: bool = False
-    # The cluster bus port: by default the port + 10000, out of range for high free ports.
-    bus_port: int = field(default_factory=free_port)
-
-    @property
-    def url(self) -> str:
-        return f"{'rediss' if self.tls else 'redis'}://{LOOPBACK}:{self.port}/0"
-
-    @classmethod
-    def start(cls, workdir: Path, port: int | None = None, *, detach: bool = False,
-              tls: TlsFiles | None = None, cluster: bool = False) -> RedisServer:
-        server = cls(Path(workdir), port or free_port(), tls=tls, cluster=cluster)
-        server.workdir.mkdir(parents=True, exist_ok=True)
-        server.launch(detach=detach)
-        return server
-
-    def launch(self, *, detach: bool = False) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
-        log = self.workdir / "redis.log"
-        listen = ["--port", str(self.port)]
-        if self.tls:
-            listen = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file", str(self.tls.cert),
-                      "--tls-key-file", str(self.tls.key), "--tls-ca-cert-file", str(self.tls.ca),
-                      "--tls-auth-clients", "no"]
-        if self.cluster:
-            # nodes.conf in the node's own directory: a restarted node rejoins with its slots.
-            listen += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                       "--cluster-node-timeout", "5000", "--cluster-port", str(self.bus_port)]
-        self.process = subprocess.Popen(  # noqa: S603
-            [binary, "--bind", LOOPBACK, *listen, "--dir", str(self.workdir),
-             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
-             "--logfile", str(log), "--protected-mode", "yes"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=detach,
-        )
-        _wait_for("redis-server", self._ready, 30, self.process, log)
-
-    def _ready(self) -> bool:
-        try:
-            with socket.create_connection((LOOPBACK, self.port), timeout=1) as raw:
-                if not self.tls:
-                    raw.sendall(b"PING\r\n")
-                    return raw.recv(64).startswith((b"+PONG", b"-NOAUTH"))
-                context = ssl.create_default_context(cafile=str(self.tls.ca))
-                with context.wrap_socket(raw, server_hostname=LOOPBACK) as sock:
-                    sock.sendall(b"PING\r\n")
-                    return sock.recv(64).startswith((b"+PONG", b"-NOAUTH"))
-        except OSError:
-            return False
-
-    def restart(self) -> None:
-        self.stop()
-        self.launch()
-
-    def cluster_state(self) -> str | None:
-        """This node's cluster_state (ok or fail), or None if it does not answer."""
-        try:
-            with socket.create_connection((LOOPBACK, self.port), timeout=1) as sock:
-                sock.sendall(b"CLUSTER INFO\r\n")
-                reply = b""
-                while b"cluster_state:" not in reply or not reply.endswith(b"\r\n"):
-                    chunk = sock.recv(4096)
-                    if not chunk:
-                        break
-                    reply += chunk
-        except OSError:
-            return None
-        for line in reply.decode(errors="replace").splitlines():
-            if line.startswith("cluster_state:"):
-                return line.partition(":")[2]
-        return None
-
-
-@dataclass
-class RedisClusterNodes:
-    """A Redis Cluster of `masters` redis-server nodes on loopback (no replicas), its 16384
-    slots shared out by `redis-cli --cluster create`."""
-
-    nodes: list[RedisServer]
-
-    @property
-    def url(self) -> str:
-        """Any one node: the client discovers the others from it."""
-        return self.nodes[0].url
-
-    @classmethod
-    def start(cls, workdir: Path, masters: int = 3, *, detach: bool = False) -> RedisClusterNodes:
-        redis_cli = shutil.which("redis-cli")
-        if redis_cli is None:
-            raise RuntimeError("redis-cli is not installed (Debian: apt-get install redis-tools)")
-        cluster = cls([])
-        try:
-            for index in range(masters):
-                cluster.nodes.append(RedisServer.start(Path(workdir) / f"node-{index}", cluster=True, detach=detach))
-            addresses = [f"{LOOPBACK}:{node.port}" for node in cluster.nodes]
-            subprocess.run([redis_cli, "--cluster", "create", *addresses,  # noqa: S603
-                            "--cluster-replicas", "0", "--cluster-yes"],
-                           check=True, capture_output=True, timeout=60)
-            cluster.wait_until_healthy()
-        except BaseException:
-            cluster.stop()
-            raise
-        return cluster
-
-    def wait_until_healthy(self, timeout: float = 60) -> None:
-        """Until every node says cluster_state:ok (slots all covered, nodes all agreed)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if all(node.cluster_state() == "ok" for node in self.nodes):
-                return
-            time.sleep(0.2)
-        raise RuntimeError(f"Redis Cluster not healthy after {timeout:.0f}s")
-
-    def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        self.stop()
-
-
 def _java() -> str:
     java = shutil.which("java")
     if java is None:
         raise RuntimeError("Java 17+ is needed to run the Kafka broker")
     return java
-
-
-def state_file() -> Path:
-    return cache_dir() / "dev" / "state.json"
-
-
-def dev_up(kafka_port: int | None, redis_port: int | None, *, redis_cluster: bool = False) -> dict[str, object]:
-    """Start a detached broker and Redis (one server, or a cluster of three masters) for
-    `stream-ndcg dev up`; return their addresses and pids."""
-    import json
-
-    if state_file().exists():
-        raise RuntimeError(f"already up ({state_file()}); run `stream-ndcg dev down` first")
-    root = cache_dir() / "dev"
-    # A fresh broker each time: the controller port is picked anew, and dev data is disposable.
-    shutil.rmtree(root, ignore_errors=True)
-    kafka = KafkaBroker.start(root / "kafka", kafka_port, detach=True)
-    try:
-        if redis_cluster:
-            nodes = RedisClusterNodes.start(root / "redis-cluster", detach=True).nodes
-        else:
-            nodes = [RedisServer.start(root / "redis", redis_port, detach=True)]
-    except BaseException:
-        kafka.stop()
-        raise
-    state: dict[str, object] = {"bootstrap_servers": kafka.bootstrap, "redis_url": nodes[0].url,
-                                "redis_cluster": redis_cluster, "kafka_pid": kafka.pid,
-                                "redis_pids": [node.pid for node in nodes]}
-    state_file().write_text(json.dumps(state))
-    return state
-
-
-def dev_down() -> bool:
-    """Stop what `dev_up` started; False if nothing was up."""
-    import json
-
-    path = state_file()
-    if not path.exists():
-        return False
-    state = json.loads(path.read_text())
-    for pid in [state["kafka_pid"], *state["redis_pids"]]:
-        _stop(None, pid=int(pid))
-    path.unlink()
-    return True

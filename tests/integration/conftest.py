@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from stream_ndcg.devtools.servers import KafkaBroker, RedisClusterNodes, RedisServer
+from stream_ndcg.devtools.redis_servers import RedisClusterNodes, RedisServer
+from stream_ndcg.devtools.servers import KafkaBroker
 from tests.support.service import Service, killed_at_exit, service_environment
 
 

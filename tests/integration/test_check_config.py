@@ -12,7 +12,8 @@ import pytest
 import redis
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
-from stream_ndcg.devtools.servers import KafkaBroker, RedisServer, free_port
+from stream_ndcg.devtools.redis_servers import RedisServer
+from stream_ndcg.devtools.servers import KafkaBroker, free_port
 from tests.support.topics import create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]

@@ -17,10 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stream_ndcg import drilldown
 from stream_ndcg.devtools.producer import produce
-from stream_ndcg.devtools.servers import KafkaBroker, RedisServer
+from stream_ndcg.devtools.redis_servers import RedisServer
+from stream_ndcg.devtools.servers import KafkaBroker
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
+from stream_ndcg.drilldown import index
+from stream_ndcg.rows import add_into, row_fields
 from tests.support.drilldown import query_table
 from tests.support.service import Service, service_environment, wait_for_messages
 from tests.support.topics import create_topic
@@ -82,7 +84,7 @@ def per_query(events: Path, ideal: str, out: Path) -> dict[str, dict[tuple[str, 
     subprocess.run([sys.executable, "-m", "stream_ndcg.cli", "replay", str(events), "--k", "5,10", "--ideal", ideal,
                     "--per-query", str(out), "--windows", "1m,5m,10m", "--bucket", "1m"],
                    check=True, capture_output=True)
-    fields = drilldown.row_fields(CUTOFFS)
+    fields = row_fields(CUTOFFS)
     rows: dict[str, dict[tuple[str, str], list[float]]] = {}
     for line in out.read_text().splitlines():
         record = json.loads(line)
@@ -106,13 +108,13 @@ def expected(rows: dict[str, dict[tuple[str, str], list[float]]], params: dict[s
     if params.get("vs") == "previous":
         other = query_table(rows["10m"], segment)
         for query_id, row in table.items():
-            drilldown.add_into(other.setdefault(query_id, [0.0] * len(row)), row, -1.0)
+            add_into(other.setdefault(query_id, [0.0] * len(row)), row, -1.0)
         other = {q: row for q, row in other.items() if row[0] > 0}
     elif params.get("vs"):
         label, value = params["vs"].split(":")
         other = query_table(rows[window], {**segment, label: value})
     at = CUTOFFS.index(int(params.get("k", "10")))
-    _, records = drilldown.page(table, other, at, min_impressions=1, sort=params.get("sort", "ndcg"),
+    _, records = index.page(table, other, at, min_impressions=1, sort=params.get("sort", "ndcg"),
                                 descending=params.get("order") == "desc", offset=0, limit=len(table))
     return {r["query_id"]: r for r in records}
 
@@ -130,9 +132,9 @@ def test_the_api_equals_the_replay_per_query(running: dict[str, Any], ideal: str
         assert answer["total"] == len(answer["queries"]) == len(want) > 10
         for record in answer["queries"]:
             theirs = want[record["query_id"]]
-            for name in drilldown.FIGURES:
+            for name in index.FIGURES:
                 assert close(record[name], theirs[name]), (params, record["query_id"], name)
-            for name in drilldown.COMPARED:
+            for name in index.COMPARED:
                 assert close((record["change"] or {}).get(name), (theirs["change"] or {}).get(name)), (params, name)
                 compared += 1
         # The replay's records in the order the API promises (dicts keep the order `page` gave).

@@ -16,10 +16,10 @@ from urllib.request import urlopen
 
 import pytest
 
-from stream_ndcg.backfill import settings_of
 from stream_ndcg.cli import main
 from stream_ndcg.devtools.servers import free_port
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
+from stream_ndcg.offline.history import settings_of
 from tests.support.deploy import promtool
 from tests.support.history import Labels, read_openmetrics, service_gauges
 

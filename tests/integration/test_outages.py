@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from stream_ndcg.devtools.producer import produce
-from stream_ndcg.devtools.servers import KafkaBroker, RedisServer
+from stream_ndcg.devtools.redis_servers import RedisServer
+from stream_ndcg.devtools.servers import KafkaBroker
 from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
 from tests.support.service import Service, killed_at_exit, service_environment, wait_for_messages
 from tests.support.topics import create_topic

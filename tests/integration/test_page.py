@@ -12,7 +12,8 @@ from urllib.request import Request, urlopen
 import pytest
 
 from stream_ndcg.devtools.producer import produce
-from stream_ndcg.devtools.servers import KafkaBroker, RedisServer
+from stream_ndcg.devtools.redis_servers import RedisServer
+from stream_ndcg.devtools.servers import KafkaBroker
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from tests.support.browser import Tab, open_page
 from tests.support.service import Service, service_environment, wait_for_messages

@@ -12,10 +12,12 @@ import redis
 from redis.crc import key_slot
 
 from stream_ndcg.devtools.producer import produce
-from stream_ndcg.devtools.servers import KafkaBroker, RedisClusterNodes
+from stream_ndcg.devtools.redis_servers import RedisClusterNodes
+from stream_ndcg.devtools.servers import KafkaBroker
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
-from stream_ndcg.redis_store import RedisStore, connect
+from stream_ndcg.state.redis import RedisStore
+from stream_ndcg.state.redis_reads import connect
 from tests.support.batches import apply_batch, parsed
 from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
 from tests.support.security import REDIS_PASSWORD, SERVICE_ACL

@@ -12,7 +12,8 @@ import pytest
 import redis
 
 from stream_ndcg.devtools.producer import produce
-from stream_ndcg.devtools.servers import KafkaBroker, RedisServer, TlsFiles
+from stream_ndcg.devtools.redis_servers import RedisServer, TlsFiles
+from stream_ndcg.devtools.servers import KafkaBroker
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from tests.support.security import REDIS_PASSWORD, SERVICE_ACL
 from tests.support.service import Service, wait_for_messages

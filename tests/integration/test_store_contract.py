@@ -11,13 +11,15 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from stream_ndcg import redis_store, state_format
-from stream_ndcg.devtools.servers import RedisClusterNodes, RedisServer
+from stream_ndcg.devtools.redis_servers import RedisClusterNodes, RedisServer
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
 from stream_ndcg.errors import ConfigError, StoreUnavailable
-from stream_ndcg.redis_store import Client, RedisStore, connect
-from stream_ndcg.store import Commit, StateStore
+from stream_ndcg.state import format as state_format
+from stream_ndcg.state import redis_reads
+from stream_ndcg.state.base import Commit, StateStore
+from stream_ndcg.state.redis import RedisStore
+from stream_ndcg.state.redis_reads import Client, connect
 from tests.support.batches import apply_batch, parsed
 from tests.support.store_contract import BUCKET, DEDUP_HORIZON, HORIZON, MEASURE, T0, StoreContract
 
@@ -184,7 +186,7 @@ def test_a_whole_read_in_many_round_trips_reads_what_one_round_trip_does(
                     next_offset=300)
     at_once = [(r.partition, r.mark, r.whole, r.buckets) for r in store.read_aggregates({}, since_bucket=0)]
     assert len(at_once) == 3 and all(len(buckets) > 2 for _, _, _, buckets in at_once)
-    monkeypatch.setattr(redis_store, "AGGREGATE_READ_BUCKETS", 2)
+    monkeypatch.setattr(redis_reads, "AGGREGATE_READ_BUCKETS", 2)
     round_trips: list[str] = []
 
     def counted(what: str) -> contextlib.nullcontext[None]:

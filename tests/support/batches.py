@@ -8,7 +8,7 @@ from typing import Literal
 from stream_ndcg.engine import BatchOutcome, Engine
 from stream_ndcg.events import Event, InvalidEvent, parse_event
 from stream_ndcg.pipeline import BatchPipeline
-from stream_ndcg.store import StateStore
+from stream_ndcg.state.base import StateStore
 
 
 def parsed(messages: Sequence[bytes]) -> list[Event | InvalidEvent]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from stream_ndcg.drilldown import SegmentFilter, add_into, matches
+from stream_ndcg.drilldown.index import SegmentFilter, matches
+from stream_ndcg.rows import add_into
 
 
 def query_table(rows: Mapping[tuple[str, str], list[float]], wanted: SegmentFilter) -> dict[str, list[float]]:

@@ -8,15 +8,15 @@ from collections.abc import Sequence
 from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from stream_ndcg.backfill import WINDOW_GAUGES
 from stream_ndcg.config import Settings
 from stream_ndcg.engine import Engine
 from stream_ndcg.events import Limits
 from stream_ndcg.exporter import Exporter, WindowView
+from stream_ndcg.offline.history import WINDOW_GAUGES
 from stream_ndcg.pipeline import BatchPipeline, PartitionBatch, RecordChecks
 from stream_ndcg.segments import SegmentProjector
-from stream_ndcg.source import LocalRecord
-from stream_ndcg.store import MemoryStore
+from stream_ndcg.source.local import LocalRecord
+from stream_ndcg.state.memory import MemoryStore
 
 Labels = tuple[tuple[str, str], ...]
 # (metric, labels sorted by name, time in ms) -> value.

@@ -10,7 +10,7 @@ import pytest
 from stream_ndcg.config import Settings
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.metric import Measure
-from stream_ndcg.replay import Replay
+from stream_ndcg.offline.replay import Replay
 from tests.support.service import Samples
 
 CUTOFFS = (5, 10)

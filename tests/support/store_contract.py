@@ -24,8 +24,10 @@ from stream_ndcg.errors import ConfigError, FencedError
 from stream_ndcg.events import InvalidEvent, parse_event
 from stream_ndcg.metric import Measure
 from stream_ndcg.pipeline import BatchPipeline
-from stream_ndcg.store import AggregateRead, MemoryStore, StateStore
+from stream_ndcg.state.base import StateStore
+from stream_ndcg.state.memory import MemoryStore
 from stream_ndcg.vocabulary import JUDGMENT, TOO_OLD, AggregateKey, duplicate, rejected
+from stream_ndcg.window_sums import AggregateRead
 from stream_ndcg.windows import window_means
 from tests.support.batches import apply_batch, parsed
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from stream_ndcg.backfill import WINDOW_GAUGES, History, OpenMetricsWriter, settings_of
 from stream_ndcg.cli import main
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.events import InvalidEvent, parse_event
+from stream_ndcg.offline.history import WINDOW_GAUGES, History, OpenMetricsWriter, settings_of
 from tests.support.history import read_openmetrics, service_gauges
 
 # A minute boundary: buckets of 1m start here.

@@ -15,7 +15,7 @@ from stream_ndcg.engine import Engine
 from stream_ndcg.events import parse_event
 from stream_ndcg.exporter import Exporter, WindowView
 from stream_ndcg.metric import Measure
-from stream_ndcg.store import MemoryStore
+from stream_ndcg.state.memory import MemoryStore
 from tests.support.batches import apply_batch
 from tests.support.deploy import DEPLOY, ROOT, compose, dashboard_expressions, promtool, recorded_names, rules
 from tests.support.events import IMPRESSION, JUDGMENT, encode

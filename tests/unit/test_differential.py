@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from stream_ndcg.metric import Measure
-from stream_ndcg.replay import Replay
+from stream_ndcg.offline.replay import Replay
 
 CUTOFFS = (1, 3, 5, 10, 20)
 

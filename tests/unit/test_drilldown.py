@@ -13,17 +13,19 @@ from typing import Any
 
 import pytest
 
-from stream_ndcg import drilldown
+from stream_ndcg import rows
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
+from stream_ndcg.drilldown import index
+from stream_ndcg.drilldown.explorer import Explorer, Question
 from stream_ndcg.engine import Engine
 from stream_ndcg.errors import BadParameter, NotFound
-from stream_ndcg.explorer import Explorer, Question
 from stream_ndcg.exporter import WindowView
 from stream_ndcg.metric import Ideal, ListScore, Measure, discount, first_occurrences, score_list
-from stream_ndcg.replay import Replay, ScoreTotals
+from stream_ndcg.offline.replay import Replay, ScoreTotals
 from stream_ndcg.setting_values import format_duration
-from stream_ndcg.store import AggregateRead, MemoryStore
+from stream_ndcg.state.memory import MemoryStore
 from stream_ndcg.vocabulary import AggregateKey, full_segment_key, segment_values
+from stream_ndcg.window_sums import AggregateRead
 from tests.support.batches import apply_batch, parsed
 from tests.support.drilldown import query_table
 
@@ -99,7 +101,7 @@ def expected_records(replay: Replay, question: Question, measure: Measure) -> di
         label, value = question.vs
         other = query_table(replay.query_rows(first, last, BUCKET), {**question.segment, label: value})
     at = measure.cutoffs.index(question.k)
-    _, records = drilldown.page(table, other, at, min_impressions=question.min_impressions, sort=question.sort,
+    _, records = index.page(table, other, at, min_impressions=question.min_impressions, sort=question.sort,
                                 descending=question.descending, offset=0, limit=len(table))
     return {r["query_id"]: r for r in records}
 
@@ -129,7 +131,7 @@ def assert_records_equal(got: list[dict[str, Any]], expected: dict[str, dict[str
     assert {r["query_id"] for r in got} == set(expected)
     for record in got:
         want = expected[record["query_id"]]
-        for name in drilldown.FIGURES:
+        for name in index.FIGURES:
             assert close(record[name], want[name]), (record["query_id"], name, record[name], want[name])
         for side in ("vs", "change"):
             assert (record[side] is None) == (want[side] is None)
@@ -221,7 +223,7 @@ def test_the_judging_queue_holds_the_pairs_of_most_unjudged_exposure(ideal: Idea
         assert close(pairs[-1]["exposure"], ranked[len(pairs) - 1])
         first, last = window_of(replay, question.window_ms)
         rows = query_table(replay.query_rows(first, last, BUCKET), question.segment)
-        assert close(answer["total_exposure"], drilldown.total_exposure(rows, measure.cutoffs.index(question.k)))
+        assert close(answer["total_exposure"], index.total_exposure(rows, measure.cutoffs.index(question.k)))
         assert all(close(p["share"], p["exposure"] / answer["total_exposure"]) for p in pairs)
 
 
@@ -324,13 +326,13 @@ def test_the_summary_reads_the_buckets_that_changed_since_the_last_answer() -> N
     assert 0 < store.buckets_read <= 10
 
 
-@pytest.mark.parametrize("sort", drilldown.SORTS)
+@pytest.mark.parametrize("sort", index.SORTS)
 @pytest.mark.parametrize("descending", [False, True])
 def test_a_page_is_the_slice_of_the_whole_ranking(sort: str, descending: bool) -> None:
     """`page` builds only the records it shows: each page is that slice of the full order (missing
     values last, ties by query id), whatever the offset."""
     rng = random.Random(f"{sort}{descending}")
-    fields = len(drilldown.row_fields((10,)))
+    fields = len(rows.row_fields((10,)))
 
     def row() -> list[float]:
         values = [float(rng.randint(0, 3)) for _ in range(fields)]
@@ -339,7 +341,7 @@ def test_a_page_is_the_slice_of_the_whole_ranking(sort: str, descending: bool) -
 
     table = {f"q{i:02d}": row() for i in range(40)}
     other = {query_id: row() for query_id in list(table)[::2]}
-    total, everything = drilldown.page(table, other, 0, min_impressions=2, sort=sort, descending=descending,
+    total, everything = index.page(table, other, 0, min_impressions=2, sort=sort, descending=descending,
                                        offset=0, limit=1000)
     assert total == len(everything) == sum(1 for r in table.values() if r[0] >= 2)
 
@@ -355,7 +357,7 @@ def test_a_page_is_the_slice_of_the_whole_ranking(sort: str, descending: bool) -
     else:
         assert keys == sorted(keys, key=lambda k: (-k[0] if descending else k[0], k[1]))
     for offset in (0, 7, 30, 45):
-        _, shown = drilldown.page(table, other, 0, min_impressions=2, sort=sort, descending=descending,
+        _, shown = index.page(table, other, 0, min_impressions=2, sort=sort, descending=descending,
                                   offset=offset, limit=9)
         assert shown == everything[offset:offset + 9]
 

@@ -16,7 +16,7 @@ from stream_ndcg.events import Impression
 from stream_ndcg.exporter import Exporter, WindowView
 from stream_ndcg.metric import Measure
 from stream_ndcg.segments import SegmentProjector
-from stream_ndcg.store import MemoryStore
+from stream_ndcg.state.memory import MemoryStore
 from tests.support.batches import apply_batch, parsed
 from tests.support.deploy import promtool
 

@@ -13,8 +13,8 @@ from kafka import TopicPartition
 from kafka.errors import UnsupportedCodecError
 
 from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled, UndecodableRecords
-from stream_ndcg.kafka_source import KafkaSource
-from stream_ndcg.source import Partition
+from stream_ndcg.source.base import Partition
+from stream_ndcg.source.kafka import KafkaSource
 
 ASSIGNED = [TopicPartition("events", 0), TopicPartition("events", 1)]
 

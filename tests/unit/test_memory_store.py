@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stream_ndcg.store import MemoryStore, StateStore
+from stream_ndcg.state.base import StateStore
+from stream_ndcg.state.memory import MemoryStore
 from tests.support.store_contract import BUCKET, DEDUP_HORIZON, HORIZON, StoreContract
 
 

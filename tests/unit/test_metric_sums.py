@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stream_ndcg.engine import Group
 from stream_ndcg.metric import Measure, ideal_dcg, list_sums, ndcg_sums, pooled_sums, score_list
+from stream_ndcg.query_state import Group
 from stream_ndcg.vocabulary import dcg_at, judged_at, ndcg_at, scored_at
 
 docs = st.sampled_from("abcdefg")

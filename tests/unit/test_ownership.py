@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from stream_ndcg.ownership import Ownership
-from stream_ndcg.source import Partition
+from stream_ndcg.source.base import Partition
 
 P0, P1, P2 = (Partition("events", n) for n in range(3))
 

@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 import pytest
 from playwright.sync_api import Page
 
-from stream_ndcg.api import HEADERS, judging_queue_csv, page_file
+from stream_ndcg.drilldown.api import HEADERS, judging_queue_csv, page_file
 from tests.support.browser import Tab, open_page
 
 pytestmark = pytest.mark.browser
@@ -120,7 +120,7 @@ def canned() -> Iterator[Canned]:
             if parts.path in pages:
                 name, kind = pages[parts.path]
                 body = page_file(name)
-                assert body is not None, f"stream_ndcg/page/{name} is not in the package"
+                assert body is not None, f"stream_ndcg/drilldown/page/{name} is not in the package"
                 self.send(200, body, kind)
                 return
             params = {k: v[0] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}

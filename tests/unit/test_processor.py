@@ -20,10 +20,12 @@ from stream_ndcg.consumer import StreamProcessor
 from stream_ndcg.engine import Engine
 from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled, StoreUnavailable, UndecodableRecords
 from stream_ndcg.exporter import Exporter, WindowView
+from stream_ndcg.offline.replay import Replay
 from stream_ndcg.pipeline import BatchPipeline, RecordChecks
-from stream_ndcg.replay import Replay
-from stream_ndcg.source import LocalSource, Partition, Record
-from stream_ndcg.store import Commit, CommitInFlight, MemoryStore
+from stream_ndcg.source.base import Partition, Record
+from stream_ndcg.source.local import LocalSource
+from stream_ndcg.state.base import Commit, CommitInFlight
+from stream_ndcg.state.memory import MemoryStore
 from stream_ndcg.windows import window_means
 
 TOPIC = "events"

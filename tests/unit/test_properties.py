@@ -19,12 +19,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stream_ndcg.drilldown import group_row
-from stream_ndcg.engine import Engine, QueryState
+from stream_ndcg.engine import Engine
 from stream_ndcg.metric import Measure
-from stream_ndcg.replay import Replay
-from stream_ndcg.state_format import state_fields, state_from_fields
-from stream_ndcg.store import MemoryStore
+from stream_ndcg.offline.replay import Replay
+from stream_ndcg.query_state import QueryState
+from stream_ndcg.rows import group_row
+from stream_ndcg.state.format import state_fields, state_from_fields
+from stream_ndcg.state.memory import MemoryStore
 from stream_ndcg.vocabulary import full_segment_key
 from stream_ndcg.windows import window_means
 from tests.support.batches import apply_batch, parsed

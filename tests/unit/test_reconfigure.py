@@ -13,12 +13,12 @@ from stream_ndcg.engine import Engine
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import Impression
 from stream_ndcg.metric import Measure
+from stream_ndcg.offline.replay import Replay
 from stream_ndcg.pipeline import BatchPipeline
 from stream_ndcg.reconfigure import classify, configured, report
-from stream_ndcg.replay import Replay
 from stream_ndcg.segments import SegmentProjector
-from stream_ndcg.state_format import FORMAT_VERSION
-from stream_ndcg.store import MemoryStore
+from stream_ndcg.state.format import FORMAT_VERSION
+from stream_ndcg.state.memory import MemoryStore
 from stream_ndcg.vocabulary import segment_values
 from stream_ndcg.windows import window_means
 from tests.support.batches import parsed

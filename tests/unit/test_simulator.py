@@ -9,7 +9,7 @@ from pathlib import Path
 from stream_ndcg.cli import main
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.metric import Measure
-from stream_ndcg.replay import Replay
+from stream_ndcg.offline.replay import Replay
 
 
 def test_same_seed_same_events() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from stream_ndcg.engine import Group, QueryState
-from stream_ndcg.state_cache import StateCache
+from stream_ndcg.query_state import Group, QueryState
+from stream_ndcg.state.cache import StateCache
 
 
 def state(groups: int) -> QueryState:

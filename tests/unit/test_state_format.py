@@ -5,12 +5,13 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from stream_ndcg import state_format
-from stream_ndcg.engine import Engine, Group, QueryState
+from stream_ndcg.engine import Engine
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import parse_event
 from stream_ndcg.metric import Measure
-from stream_ndcg.store import MemoryStore
+from stream_ndcg.query_state import Group, QueryState
+from stream_ndcg.state import format as state_format
+from stream_ndcg.state.memory import MemoryStore
 
 T0 = 1_763_683_200_000
 BATCHES = [

@@ -9,13 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stream_ndcg.consumer import StreamProcessor
-from stream_ndcg.source import LocalSource
+from stream_ndcg.source.local import LocalSource
 from tests.unit.test_processor import PARTITIONS, TOPIC, FlakyStore, assert_equals_replay, drain, event, processor
 
 
 def transactional(made: StreamProcessor) -> StreamProcessor:
     # Every cycle asks for the lag, so that a test sees it without waiting for the clock.
-    made.LAG_CHECK_S = 0.0
+    made.lag.CHECK_S = 0.0
     return made
 
 

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stream_ndcg.engine import BatchOutcome
-from stream_ndcg.store import Commit, MemoryStore
+from stream_ndcg.state.base import Commit
+from stream_ndcg.state.memory import MemoryStore
 from stream_ndcg.window_sums import WindowSums, exact, rounded
 
 SEGMENTS = ('{"variant":"A"}', '{"variant":"B"}', '{"variant":"A","device":"m"}', "")

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stream_ndcg.metric import ListScore
-from stream_ndcg.replay import ScoreTotals
+from stream_ndcg.offline.replay import ScoreTotals
 from stream_ndcg.vocabulary import IMPRESSIONS, dcg_at, judged_at, ndcg_at, scored_at
 from stream_ndcg.windows import bucket_ttl_ms, kept_until_ms, means, oldest_kept_bucket, window_means
 

@@ -42,7 +42,7 @@ from kafka.errors import IllegalStateError, KafkaError, UnsupportedCodecError
 from kafka.structs import OffsetAndMetadata
 
 from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled, UndecodableRecords
-from stream_ndcg.source import Partition, Record, StartFrom
+from stream_ndcg.source.base import Partition, Record, StartFrom
 
 
 def consumer_options(client_options: Mapping[str, Any], *, group_id: str, auto_offset_reset: str,

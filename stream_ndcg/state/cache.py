@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping
 
-from stream_ndcg.engine import QueryState
+from stream_ndcg.query_state import QueryState
 
 
 class StateCache:

@@ -30,7 +30,7 @@ wrote JSON ``[segment, list]`` fields: they are still read, and a hash may hold
 both forms of one list (their impressions add up). The aggregate sums of one bucket a hash
 of ``<segment>|<field>`` -> sum (field names from `vocabulary`), and the
 drill-down rows of one bucket a hash of ``<segment>\x1f<query>`` -> the row's
-values, comma-separated in `drilldown.row_fields` order, whole numbers without
+values, comma-separated in `rows.row_fields` order, whole numbers without
 '.0' since format 3 (a row holds the sums
 of one group; rows arrived with format version 1 and are optional: state
 written before them has none, and the drill-down sees its groups once they
@@ -51,9 +51,10 @@ from typing import Any
 
 import orjson
 
-from stream_ndcg.drilldown import Row
-from stream_ndcg.engine import BatchOutcome, Group, QueryChange, QueryState, Revision
+from stream_ndcg.engine import BatchOutcome, QueryChange
 from stream_ndcg.errors import ConfigError
+from stream_ndcg.query_state import Group, QueryState, Revision
+from stream_ndcg.rows import Row
 from stream_ndcg.vocabulary import IMPRESSIONS, dcg_at, judged_at, ndcg_at, scored_at
 
 # Bump it with any change to the layout above, and teach the stores to read the old one or to refuse it.

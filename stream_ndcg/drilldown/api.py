@@ -34,8 +34,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import orjson
 
+from stream_ndcg.drilldown.explorer import Explorer, Question
 from stream_ndcg.errors import RequestError, StoreUnavailable
-from stream_ndcg.explorer import Explorer, Question
 from stream_ndcg.listener import Listener
 
 logger = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ class Api:
 
 def page_file(name: str) -> bytes | None:
     try:
-        return (resources.files("stream_ndcg") / "page" / name).read_bytes()
+        return (resources.files("stream_ndcg.drilldown") / "page" / name).read_bytes()
     except (FileNotFoundError, NotADirectoryError):
         return None
 

@@ -3,7 +3,7 @@
 `stream-ndcg replay --openmetrics OUT` feeds the events, in the order given
 (their arrival order), through the service's own path with the event clock:
 `pipeline.BatchPipeline` parses, projects segments and applies them with the
-`engine.Engine` to a `store.MemoryStore`. Whenever the next event would move
+`engine.Engine` to a `state.memory.MemoryStore`. Whenever the next event would move
 the clock into a later bucket, the events so far are committed and the
 `exporter.Exporter` is scraped over the store, and its window gauges are
 recorded at the end of the bucket the clock stood in. So each sample is what
@@ -46,8 +46,8 @@ from stream_ndcg.exporter import Exporter, WindowView
 from stream_ndcg.pipeline import BatchPipeline, RecordChecks
 from stream_ndcg.segments import SegmentProjector
 from stream_ndcg.setting_values import format_duration
-from stream_ndcg.source import LocalRecord
-from stream_ndcg.store import MemoryStore
+from stream_ndcg.source.local import LocalRecord
+from stream_ndcg.state.memory import MemoryStore
 from stream_ndcg.vocabulary import MetricName
 
 # The gauges of the windows, read from the state: the dashboard's quality panels. The event

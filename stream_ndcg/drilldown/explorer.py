@@ -1,7 +1,7 @@
 """The drill-down questions, answered from a store: the API's and `stream-ndcg judging-queue`'s.
 
 An `Explorer` reads the shared state (so any instance answers for every
-partition) and keeps a `drilldown.QueryIndex` of its rows, brought up to date
+partition) and keeps a `index.QueryIndex` of its rows, brought up to date
 before each answer by reading only what the store logged since the last one.
 Its answers are plain JSON-ready dicts. `Question.parse` turns request
 parameters into a checked question, and refuses a bad one with a
@@ -20,12 +20,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stream_ndcg import drilldown
+from stream_ndcg import rows
+from stream_ndcg.drilldown import index, queue
 from stream_ndcg.errors import BadParameter, NotFound
 from stream_ndcg.exporter import WindowTotals, WindowView
 from stream_ndcg.metric import Measure, ideal_dcg
 from stream_ndcg.setting_values import Bad, duration, format_duration
-from stream_ndcg.store import StateStore
+from stream_ndcg.state.base import StateStore
 from stream_ndcg.windows import means, oldest_kept_bucket
 
 # The rows one answer holds by default and at most (a query's distinct lists for "query"), and the
@@ -91,8 +92,8 @@ class Question:
                 segment[label] = one(name, "")
         vs = _comparison(one("vs", ""), view)
         sort = one("sort", "ndcg")
-        if sort not in drilldown.SORTS:
-            raise BadParameter("sort", f"{sort!r} is not a column ({', '.join(drilldown.SORTS)})")
+        if sort not in index.SORTS:
+            raise BadParameter("sort", f"{sort!r} is not a column ({', '.join(index.SORTS)})")
         if sort.startswith("change_") and vs is None:
             raise BadParameter("sort", f"{sort!r} needs a comparison: add vs=previous or vs=<label>:<value>")
         order = one("order", "asc")
@@ -150,17 +151,17 @@ class Explorer:
         self.measure = measure
         self.horizon_ms = horizon_ms
         self.clock = clock
-        self.index = drilldown.QueryIndex(drilldown.row_fields(measure.cutoffs))
+        self.index = index.QueryIndex(rows.row_fields(measure.cutoffs))
         self._cursors: dict[str, str | None] = {}
         # (query, k) -> (the query's index version when read, its unjudged exposures per group).
-        self._exposures: OrderedDict[tuple[str, int], tuple[int, drilldown.GroupExposures]] = OrderedDict()
+        self._exposures: OrderedDict[tuple[str, int], tuple[int, queue.GroupExposures]] = OrderedDict()
         self._lock = threading.Lock()
 
     def _now_ms(self) -> int:
         with self._lock:
             if self.store.follow():
                 # A rebuild started a new generation: everything read so far describes the old one.
-                self.index = drilldown.QueryIndex(self.index.fields)
+                self.index = index.QueryIndex(self.index.fields)
                 self._cursors.clear()
                 self._exposures.clear()
         now = self.store.clock_ms() if self.view.event_clock else int(self.clock() * 1000)
@@ -182,10 +183,10 @@ class Explorer:
         self.index.drop_before(oldest)
         return oldest
 
-    def _unjudged(self, query_ids: list[str], k: int) -> dict[str, drilldown.GroupExposures]:
-        """`drilldown.unjudged_exposures` of each query, over all its partitions: read from the
+    def _unjudged(self, query_ids: list[str], k: int) -> dict[str, queue.GroupExposures]:
+        """`queue.unjudged_exposures` of each query, over all its partitions: read from the
         store only for queries whose rows changed since they were last read (the lock is held)."""
-        found: dict[str, drilldown.GroupExposures] = {}
+        found: dict[str, queue.GroupExposures] = {}
         stale: dict[str, set[str]] = {}
         for query_id in query_ids:
             held = self._exposures.get((query_id, k))
@@ -199,7 +200,7 @@ class Explorer:
             wanted = [query_id for query_id, homes in stale.items() if partition in homes]
             for query_id, state in self.store.load(partition, wanted, {}).states.items():
                 merged = found[query_id]
-                for key, docs in drilldown.unjudged_exposures(state, k).items():
+                for key, docs in queue.unjudged_exposures(state, k).items():
                     into = merged.setdefault(key, {})
                     for doc, (exposure, rank) in docs.items():
                         had = into.get(doc)
@@ -255,7 +256,7 @@ class Explorer:
             elif isinstance(question.vs, tuple):
                 label, value = question.vs
                 other = self.index.window(first, last, {**question.segment, label: value})
-            total, shown = drilldown.page(table, other, at, min_impressions=question.min_impressions,
+            total, shown = index.page(table, other, at, min_impressions=question.min_impressions,
                                           sort=question.sort, descending=question.descending,
                                           offset=question.offset, limit=question.limit)
         return {"window": format_duration(question.window_ms), "k": question.k, "segment": question.segment,
@@ -289,11 +290,11 @@ class Explorer:
                         {"ts": ts, "event_id": event_id, "grade": grade} for ts, event_id, grade in revisions)
             lists += [(ranked, segment, count)
                       for (bucket, segment, ranked), count in self.store.ranked_lists(partition, query_id).items()
-                      if first <= bucket <= last and drilldown.matches(segment, question.segment)]
+                      if first <= bucket <= last and index.matches(segment, question.segment)]
         for history in judgments.values():
             history.sort(key=lambda j: (j["ts"], j["event_id"] or ""))
         ideal = sorted(grades.items(), key=lambda item: (-item[1], item[0]))
-        details = drilldown.list_details(lists, grades, self.measure)
+        details = index.list_details(lists, grades, self.measure)
         gains = [self.measure.gain_of(g) for g in grades.values()]
         return {
             "query_id": query_id, "window": format_duration(question.window_ms), "now_ms": now,
@@ -301,7 +302,7 @@ class Explorer:
             "ideal": self.measure.ideal,
             "gain": self.measure.gain, "segment": question.segment,
             "summary": {"impressions": row[0] if row else 0.0,
-                        "k": {str(k): drilldown.figures(row, i) if row else None
+                        "k": {str(k): index.figures(row, i) if row else None
                               for i, k in enumerate(self.measure.cutoffs)}},
             "lists": details[:question.limit], "lists_total": len(details),
             "ideal_ordering": [{"doc_id": doc, "grade": grade} for doc, grade in ideal],
@@ -317,12 +318,12 @@ class Explorer:
         with self._lock:
             self._refresh(now)
             table = self.index.window(first, last, question.segment)
-            def pairs_of(query_ids: list[str]) -> dict[str, dict[str, drilldown.Pair]]:
-                return {query_id: drilldown.pairs_in(groups, first, last, question.segment)
+            def pairs_of(query_ids: list[str]) -> dict[str, dict[str, queue.Pair]]:
+                return {query_id: queue.pairs_in(groups, first, last, question.segment)
                         for query_id, groups in self._unjudged(query_ids, question.k).items()}
 
-            pairs = drilldown.judging_queue(table, at, question.limit, pairs_of)
-            total = drilldown.total_exposure(table, at)
+            pairs = queue.judging_queue(table, at, question.limit, pairs_of)
+            total = index.total_exposure(table, at)
             traffic = {p.query_id: _traffic(table[p.query_id], at) for p in pairs}
         return {
             "window": format_duration(question.window_ms), "k": question.k, "segment": question.segment,
@@ -334,7 +335,7 @@ class Explorer:
 
 
 def _traffic(row: Sequence[float], at: int) -> dict[str, Any]:
-    figures = drilldown.figures(row, at)
+    figures = index.figures(row, at)
     return {"query_impressions": figures["impressions"], "query_judged_ratio": figures["judged_ratio"]}
 
 

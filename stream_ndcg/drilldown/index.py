@@ -1,25 +1,16 @@
-"""Drill-down: the per-query figures behind a window's means, and what to judge next.
+"""The drill-down's index: the per-query figures behind a window's means.
 
-Standard library only. The engine writes one *row* per group it re-credits:
-the sums a group of impressions (one query, one time bucket, one segment) adds
-to the window means, in the order of `row_fields`, plus the top-k exposure it
-gives documents, judged or not. A store keeps the rows of every bucket and a
-log of the rows each commit wrote; `QueryIndex` holds them in memory and keeps
-running sums per window, moved by the changes since its last read and by the
-buckets a sliding window takes in and lets go, so a request reads sums, not
-impressions. The replay computes the same rows impression by impression
-(`impression_row`), which is what the tests compare.
+Standard library only. The engine writes one row per group it re-credits
+(`rows`); a store keeps the rows of every bucket and a log of the rows each
+commit wrote; `QueryIndex` holds them in memory and keeps running sums per
+window, moved by the changes since its last read and by the buckets a sliding
+window takes in and lets go, so a request reads sums, not impressions.
 
     index = QueryIndex(row_fields((10,)))
     index.put("t:0", 28_000_000, '{"variant":"B"}', "q1", (3.0, ...))
     table = index.window(27_999_941, 28_000_000, {"variant": "B"})
 
-Exposure of a document in one impression: 1 / log2(rank + 1) at its first
-rank, if that is <= k. The judging queue ranks unjudged (query, document)
-pairs by their exposure over the window, as a share of all the window's top-k
-exposure: the judgments that would move the most impressions from unjudged to
-judged. Its search is exact and reads only the queries that can still make the
-list: the summed exposure of each group's top unjudged document bounds every pair of a query.
+The judging queue is `drilldown.queue`'s.
 """
 
 from __future__ import annotations
@@ -31,141 +22,17 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from stream_ndcg.metric import ListScore, Measure, discount, first_occurrences, ideal_dcg, score_list
+from stream_ndcg.metric import Measure, first_occurrences, ideal_dcg, score_list
+from stream_ndcg.rows import DCG, EXPOSURE, JUDGED, NDCG, SCORED, Row, add_into, row_index
 from stream_ndcg.vocabulary import (
-    IMPRESSIONS,
     MISSING,
-    dcg_at,
-    exposure_at,
-    judged_at,
-    ndcg_at,
-    scored_at,
-    unjudged_at,
-    unjudged_top_at,
 )
 
-if TYPE_CHECKING:  # the engine writes rows with `group_row`: a run-time import would be circular
-    from stream_ndcg.engine import Group, QueryState
-
-Row = tuple[float, ...]
 # (partition, segment key, query id): whose row it is, within one bucket.
 RowKey = tuple[str, str, str]
 SegmentFilter = Mapping[str, str]
-_PER_K = (ndcg_at, dcg_at, scored_at, judged_at, exposure_at, unjudged_at, unjudged_top_at)
-# Where each figure of cut-off number i sits in a row.
-_NDCG, _DCG, _SCORED, _JUDGED, _EXPOSURE, _UNJUDGED, _UNJUDGED_TOP = range(len(_PER_K))
-
-
-def row_fields(cutoffs: Sequence[int]) -> tuple[str, ...]:
-    """The names of a row's values, in order: impressions, then seven per cut-off."""
-    return (IMPRESSIONS, *(name(k) for k in cutoffs for name in _PER_K))
-
-
-def _at(cutoff_index: int, figure: int) -> int:
-    return 1 + len(_PER_K) * cutoff_index + figure
-
-
-def group_row(group: Group, grades: Mapping[str, float], cutoffs: Sequence[int]) -> Row:
-    """A group's row: what it credited to the aggregates, and its exposure ({doc: {first rank:
-    impressions}} discounted, at each cut-off), the part of it unjudged documents hold, and the
-    most one unjudged document holds."""
-    exposure = group.exposure
-    if exposure is None:
-        exposure = group.exposure = _exposure(group, grades, tuple(cutoffs))
-    values = [float(group.impressions)]
-    credited = group.credited
-    for i, names in enumerate(_credited_names(tuple(cutoffs))):
-        values += [credited.get(name, 0.0) for name in names]
-        values += exposure[3 * i:3 * i + 3]
-    return tuple(values)
-
-
-def _exposure(group: Group, grades: Mapping[str, float], cutoffs: tuple[int, ...]) -> tuple[float, ...]:
-    """Per cut-off: the group's exposure, the part unjudged documents hold, the most one holds."""
-    width = len(cutoffs)
-    order, weights = _rank_table(cutoffs)
-    # The exposure of all documents is the impressions at each rank discounted (`Group.shown_at`,
-    # kept up to date), so only the unjudged documents are walked one by one. Each rank's weight is
-    # looked up once, and the cut-offs a rank reaches are a prefix of them sorted largest first.
-    exposure = [0.0] * width
-    shown = group.shown_at()
-    for rank in range(1, len(weights)):
-        count = shown.get(rank)
-        if count:
-            weight = count * weights[rank]
-            for i in order:
-                if rank > cutoffs[i]:
-                    break
-                exposure[i] += weight
-    unjudged = [0.0] * width
-    top = [0.0] * width
-    deepest = len(weights) - 1
-    for at in [at for doc, at in group.ranks.items() if doc not in grades]:
-        held = [0.0] * width
-        for rank, count in at.items():
-            if rank > deepest:
-                continue
-            weight = count * weights[rank]
-            for i in order:
-                if rank > cutoffs[i]:
-                    break
-                held[i] += weight
-        for i in range(width):
-            unjudged[i] += held[i]
-            if held[i] > top[i]:
-                top[i] = held[i]
-    return tuple(value for i in range(width) for value in (exposure[i], unjudged[i], top[i]))
-
-
-@functools.cache
-def _rank_table(cutoffs: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    """The cut-offs' positions from the largest down, and the discount of every rank up to it."""
-    return (tuple(sorted(range(len(cutoffs)), key=lambda i: -cutoffs[i])),
-            tuple(discount(rank) if rank else 0.0 for rank in range(max(cutoffs) + 1)))
-
-
-@functools.cache
-def _credited_names(cutoffs: tuple[int, ...]) -> tuple[tuple[str, ...], ...]:
-    """Per cut-off, the names of the credited figures a row starts with."""
-    return tuple(tuple(name(k) for name in _PER_K[:_EXPOSURE]) for k in cutoffs)
-
-
-def impression_row(results: Sequence[str], score: ListScore, grades: Mapping[str, float],
-                   measure: Measure) -> Row:
-    """One impression's row, from its list scored from scratch (the replay's side). Its
-    `unjudged_top_at` is 0: that figure is one of a group, not of an impression (`group_tops`)."""
-    ranked = first_occurrences(results, measure.depth)
-    values = [1.0]
-    for k in measure.cutoffs:
-        ndcg = score.ndcg[k]
-        exposure = math.fsum(discount(rank) for rank, _ in ranked if rank <= k)
-        unjudged = math.fsum(discount(rank) for rank, doc in ranked if rank <= k and doc not in grades)
-        values += [ndcg or 0.0, score.dcg[k], 0.0 if ndcg is None else 1.0, score.judged_ratio[k], exposure, unjudged,
-                   0.0]
-    return tuple(values)
-
-
-def group_tops(impressions: Iterable[Sequence[str]], grades: Mapping[str, float],
-               cutoffs: Sequence[int]) -> list[tuple[int, float]]:
-    """(row position, value) of the `unjudged_top_at` figures of one group, from its impressions'
-    lists: each unjudged document's exposure summed over the group, the largest per cut-off."""
-    held: dict[str, list[float]] = {}
-    for results in impressions:
-        for rank, doc in first_occurrences(results, max(cutoffs)):
-            if doc not in grades:
-                sums = held.setdefault(doc, [0.0] * len(cutoffs))
-                for i, k in enumerate(cutoffs):
-                    if rank <= k:
-                        sums[i] += discount(rank)
-    return [(_at(i, _UNJUDGED_TOP), max((sums[i] for sums in held.values()), default=0.0))
-            for i in range(len(cutoffs))]
-
-
-def add_into(total: list[float], row: Sequence[float], sign: float = 1.0) -> None:
-    for i, value in enumerate(row):
-        total[i] += sign * value
 
 
 @functools.lru_cache(maxsize=4096)
@@ -311,13 +178,13 @@ class QueryIndex:
 
 def figures(row: Sequence[float], cutoff_index: int) -> dict[str, float | None]:
     """A query's figures at one cut-off: impressions, scored impressions and the three means."""
-    impressions, scored = row[0], row[_at(cutoff_index, _SCORED)]
+    impressions, scored = row[0], row[row_index(cutoff_index, SCORED)]
     return {
         "impressions": impressions,
         "scored_impressions": scored,
-        "ndcg": row[_at(cutoff_index, _NDCG)] / scored if scored else None,
-        "dcg": row[_at(cutoff_index, _DCG)] / impressions if impressions else None,
-        "judged_ratio": row[_at(cutoff_index, _JUDGED)] / impressions if impressions else None,
+        "ndcg": row[row_index(cutoff_index, NDCG)] / scored if scored else None,
+        "dcg": row[row_index(cutoff_index, DCG)] / impressions if impressions else None,
+        "judged_ratio": row[row_index(cutoff_index, JUDGED)] / impressions if impressions else None,
     }
 
 
@@ -345,9 +212,10 @@ def _sort_value(sort: str, table: Mapping[str, Sequence[float]], other: Mapping[
     if sort == "query_id":
         return lambda query_id: query_id
     name = sort.removeprefix("change_")
-    position = {"impressions": 0, "scored_impressions": _at(cutoff_index, _SCORED), "ndcg": _at(cutoff_index, _NDCG),
-                "dcg": _at(cutoff_index, _DCG), "judged_ratio": _at(cutoff_index, _JUDGED)}[name]
-    denominator = {"ndcg": _at(cutoff_index, _SCORED), "dcg": 0, "judged_ratio": 0}.get(name)
+    position = {"impressions": 0, "scored_impressions": row_index(cutoff_index, SCORED),
+                "ndcg": row_index(cutoff_index, NDCG),
+                "dcg": row_index(cutoff_index, DCG), "judged_ratio": row_index(cutoff_index, JUDGED)}[name]
+    denominator = {"ndcg": row_index(cutoff_index, SCORED), "dcg": 0, "judged_ratio": 0}.get(name)
 
     def figure(row: Sequence[float] | None) -> float | None:
         if row is None:
@@ -395,98 +263,8 @@ def page(table: Mapping[str, Sequence[float]], other: Mapping[str, Sequence[floa
     return len(present) + len(missing), shown
 
 
-@dataclass(frozen=True)
-class Pair:
-    """An unjudged (query, document) pair of the judging queue."""
-
-    query_id: str
-    doc_id: str
-    exposure: float
-    best_rank: int
-
-
-# (bucket, segment) -> unjudged doc -> (its exposure in the group, its best rank there).
-GroupExposures = dict[tuple[int, str], dict[str, tuple[float, int]]]
-
-
-def unjudged_exposures(state: QueryState, k: int) -> GroupExposures:
-    """Each group's unjudged documents with their top-k exposure in it: what the judging queue
-    needs of a query's state (and keeps while the query's rows do not change)."""
-    grades = state.grades()
-    groups: GroupExposures = {}
-    for key, group in state.groups.items():
-        docs: dict[str, tuple[float, int]] = {}
-        for doc, at in group.ranks.items():
-            if doc in grades:
-                continue
-            shown = [(rank, count) for rank, count in at.items() if rank <= k]
-            if shown:
-                docs[doc] = (math.fsum(count * discount(rank) for rank, count in shown), min(r for r, _ in shown))
-        if docs:
-            groups[key] = docs
-    return groups
-
-
-def pairs_in(groups: GroupExposures, first: int, last: int, wanted: SegmentFilter) -> dict[str, Pair]:
-    """The exposure of each unjudged document over the groups of buckets first..last that `wanted` admits."""
-    parts: dict[str, list[float]] = {}
-    best: dict[str, int] = {}
-    for (bucket, segment), docs in groups.items():
-        if first <= bucket <= last and matches(segment, wanted):
-            for doc, (exposure, rank) in docs.items():
-                parts.setdefault(doc, []).append(exposure)
-                best[doc] = min(best.get(doc, rank), rank)
-    return {doc: Pair("", doc, math.fsum(values), best[doc]) for doc, values in parts.items()}
-
-
-def judging_queue(
-    table: Mapping[str, Sequence[float]],
-    cutoff_index: int,
-    limit: int,
-    pairs_of: Callable[[list[str]], Mapping[str, Mapping[str, Pair]]],
-) -> list[Pair]:
-    """The `limit` unjudged pairs of most exposure, exposure descending, ties by query then document.
-
-    `pairs_of(query_ids)` gives each query's unjudged pairs (it reads their states: the cost).
-    Queries are read in order of a bound on their pairs, in growing chunks, and the search stops
-    at the first query that cannot beat the pairs held.
-    """
-    unjudged = _at(cutoff_index, _UNJUDGED)
-    # A pair holds, in each group, at most what the group's top unjudged document holds: summed,
-    # a bound of the pair's exposure in the window (and never more than 1 per impression).
-    top = _at(cutoff_index, _UNJUDGED_TOP)
-    waiting = [(-min(row[top], row[0]), query_id) for query_id, row in table.items() if row[unjudged] > 0.0]
-    heapq.heapify(waiting)
-    held: list[tuple[float, str, str, Pair]] = []  # a min-heap on (exposure, reversed tie order)
-
-    def beaten() -> bool:
-        # Strictly below: a pair equal to the least held could still win on the tie order.
-        return len(held) >= limit and -waiting[0][0] < held[0][0]
-
-    chunk = 16
-    while waiting and not beaten():
-        queries: list[str] = []
-        while waiting and len(queries) < chunk and not beaten():
-            queries.append(heapq.heappop(waiting)[1])
-        chunk = min(4 * chunk, 1024)
-        for query_id, pairs in pairs_of(queries).items():
-            for pair in pairs.values():
-                item = (pair.exposure, _reverse(query_id), _reverse(pair.doc_id),
-                        Pair(query_id, pair.doc_id, pair.exposure, pair.best_rank))
-                if len(held) < limit:
-                    heapq.heappush(held, item)
-                elif item[:3] > held[0][:3]:
-                    heapq.heapreplace(held, item)
-    return [item[3] for item in sorted(held, key=lambda item: item[:3], reverse=True)]
-
-
-def _reverse(text: str) -> str:
-    """A key that orders strings backwards, so the min-heap drops the last in (query, doc) order first."""
-    return "".join(chr(0x10FFFF - ord(c)) for c in text) + "\U0010ffff"
-
-
 def total_exposure(table: Mapping[str, Sequence[float]], cutoff_index: int) -> float:
-    return math.fsum(row[_at(cutoff_index, _EXPOSURE)] for row in table.values())
+    return math.fsum(row[row_index(cutoff_index, EXPOSURE)] for row in table.values())
 
 
 def list_details(lists: Iterable[tuple[tuple[str, ...], str, int]], grades: Mapping[str, float],

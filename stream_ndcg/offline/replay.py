@@ -1,0 +1,257 @@
+"""The offline replay: the batch computation over files of events, and the service's oracle.
+
+It keeps every distinct impression and every judgment revision, then scores
+each impression from scratch with `metric.score_list` against the final
+judgments of its query. No window and no expiry: every event of the input
+counts, whenever it arrived. The one clock is the dedup horizon's, the newest
+event time so far: with `dedup_horizon_ms`, an impression id seen again once
+that clock has moved that far past its bucket when the id was accepted is a new
+impression, as in the service with the event clock (whose clock is its
+partition's).
+
+    replay = Replay(Measure(cutoffs=(5, 10)))
+    for line in open("events.jsonl", "rb"):
+        replay.add(line)
+    print(replay.summary())
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
+
+from stream_ndcg.drilldown.index import figures
+from stream_ndcg.events import DEFAULT_LIMITS, Impression, InvalidEvent, Limits, parse_event
+from stream_ndcg.metric import ListScore, ListScorer, Measure, ndcg_sums
+from stream_ndcg.rows import add_into, group_tops, impression_row, row_fields
+from stream_ndcg.setting_values import format_duration
+from stream_ndcg.vocabulary import (
+    IMPRESSION,
+    IMPRESSIONS,
+    JUDGMENT,
+    dcg_at,
+    full_segment_key,
+    judged_at,
+    ndcg_at,
+    scored_at,
+)
+from stream_ndcg.windows import means, oldest_kept_bucket
+
+
+class ScoredImpression(NamedTuple):
+    impression: Impression
+    score: ListScore
+
+
+class Replay:
+    """Collects events under the contract and scores them in one pass at the end."""
+
+    def __init__(self, measure: Measure, limits: Limits = DEFAULT_LIMITS,
+                 tap: Callable[[bytes | str], None] | None = None, *,
+                 dedup_horizon_ms: int | None = None, bucket_ms: int = 60_000) -> None:
+        self.measure = measure
+        self.dedup_horizon_ms = dedup_horizon_ms
+        self.bucket_ms = bucket_ms
+        self.limits = limits
+        # Given every message, in order, before it is parsed: `offline.history.History.add` replays them too.
+        self.tap = tap
+        # The replay holds every event it keeps as a plain tuple of its fields: the garbage collector
+        # may stop tracking a tuple of strings and numbers, never a named tuple (or a dataclass),
+        # and its full passes over every event held took a fifth of a replay with dataclasses.
+        self._impressions: list[tuple[Any, ...]] = []
+        # impression id -> the bucket of the clock when an impression with it was last accepted.
+        self._impression_buckets: dict[str, int] = {}
+        # query -> doc -> (precedence, grade) of the greatest revision so far.
+        self._winners: dict[str, dict[str, tuple[tuple[int, bool, str, bool, float], float | None]]] = {}
+        self._revisions: set[tuple[Any, ...]] = set()
+        self.duplicates: Counter[str] = Counter()
+        self.rejected: Counter[str] = Counter()
+        # The smallest event time applied, to notice files written in epoch seconds.
+        self.earliest_ts: int | None = None
+        # The newest: where the event clock of the service would stand.
+        self.latest_ts: int | None = None
+
+    def add(self, raw: bytes | str) -> InvalidEvent | None:
+        """Apply one message; return its rejection, if any."""
+        if self.tap is not None:
+            self.tap(raw)
+        event = parse_event(raw, self.limits)
+        if isinstance(event, InvalidEvent):
+            self.rejected[event.reason] += 1
+            return event
+        ts = event.ts
+        if self.earliest_ts is None or ts < self.earliest_ts:
+            self.earliest_ts = ts
+        if self.latest_ts is None or ts > self.latest_ts:
+            self.latest_ts = ts
+        clock = self.latest_ts
+        if isinstance(event, Impression):
+            seen = self._impression_buckets.get(event.impression_id)
+            if seen is not None and (self.dedup_horizon_ms is None or seen >= oldest_kept_bucket(
+                    clock, self.dedup_horizon_ms, self.bucket_ms)):
+                self.duplicates[IMPRESSION] += 1
+            else:
+                # Remembered from the clock's bucket, as the service remembers it.
+                self._impression_buckets[event.impression_id] = clock // self.bucket_ms
+                self._impressions.append(tuple(event))
+            return None
+        revisions = self._revisions
+        held = len(revisions)
+        revisions.add(tuple(event))
+        if len(revisions) == held:
+            self.duplicates[JUDGMENT] += 1
+            return None
+        winners = self._winners.get(event.query_id)
+        if winners is None:
+            winners = self._winners[event.query_id] = {}
+        current = winners.get(event.doc_id)
+        precedence = event.precedence
+        if current is None or precedence > current[0]:
+            winners[event.doc_id] = (precedence, event.grade)
+        return None
+
+    def grades(self, query_id: str) -> dict[str, float]:
+        return {doc: grade for doc, (_, grade) in self._winners.get(query_id, {}).items() if grade is not None}
+
+    def scored(self) -> Iterator[ScoredImpression]:
+        """Every distinct impression, scored with every judgment applied, in arrival order."""
+        for fields, score in self._scores():
+            yield ScoredImpression(Impression._make(fields), score)
+
+    def _scores(self) -> Iterator[tuple[tuple[Any, ...], ListScore]]:
+        """`scored`, each impression as its plain tuple (`summary` needs only its segment)."""
+        scorers: dict[str, ListScorer] = {}
+        for fields in self._impressions:
+            _, query_id, _, results, _, _ = fields
+            scorer = scorers.get(query_id)
+            if scorer is None:
+                scorer = scorers[query_id] = ListScorer(self.grades(query_id), self.measure)
+            yield fields, scorer.score(results)
+
+    def per_impression(self) -> Iterator[dict[str, Any]]:
+        for item in self.scored():
+            yield {
+                "impression_id": item.impression.impression_id,
+                "query_id": item.impression.query_id,
+                "ts": item.impression.ts,
+                "segment": dict(item.impression.segment),
+                "dcg": {str(k): v for k, v in item.score.dcg.items()},
+                "ndcg": {str(k): v for k, v in item.score.ndcg.items()},
+                "judged_ratio": {str(k): v for k, v in item.score.judged_ratio.items()},
+            }
+
+    def query_rows(self, first_bucket: int | None = None, last_bucket: int | None = None,
+                   bucket_ms: int = 60_000) -> dict[tuple[str, str], list[float]]:
+        """The drill-down rows summed per (segment key, query) over the impressions of buckets
+        first..last (None: unbounded), each impression scored from scratch: what the service's
+        `drilldown.index.QueryIndex.window` holds for the same buckets."""
+        rows: dict[tuple[str, str], list[float]] = {}
+        grades_by_query: dict[str, dict[str, float]] = {}
+        groups: dict[tuple[str, str, int], list[tuple[str, ...]]] = {}
+        for item in self.scored():
+            impression = item.impression
+            bucket = impression.ts // bucket_ms
+            below = first_bucket is not None and bucket < first_bucket
+            if below or (last_bucket is not None and bucket > last_bucket):
+                continue
+            grades = grades_by_query.get(impression.query_id)
+            if grades is None:
+                grades = grades_by_query[impression.query_id] = self.grades(impression.query_id)
+            row = impression_row(impression.results, item.score, grades, self.measure)
+            key = (full_segment_key(impression.segment), impression.query_id)
+            held = rows.get(key)
+            if held is None:
+                rows[key] = list(row)
+            else:
+                add_into(held, row)
+            groups.setdefault((*key, bucket), []).append(impression.results)
+        # The one figure of a group, not of an impression: the top unjudged document's exposure.
+        for (segment, query_id, _), lists in groups.items():
+            for position, value in group_tops(lists, grades_by_query[query_id], self.measure.cutoffs):
+                rows[(segment, query_id)][position] += value
+        return rows
+
+    def per_query(self, windows_ms: Iterable[int], bucket_ms: int) -> Iterator[dict[str, Any]]:
+        """`stream-ndcg replay --per-query`: per window (ending at the newest event, as the service's
+        event clock puts it; 0 for every impression), query and segment, the sums and figures the
+        drill-down API reports."""
+        fields = row_fields(self.measure.cutoffs)
+        last = None if self.latest_ts is None else self.latest_ts // bucket_ms
+        for window_ms in windows_ms:
+            first = None if last is None or not window_ms else last - window_ms // bucket_ms + 1
+            for (segment, query_id), row in sorted(self.query_rows(first, last, bucket_ms).items(),
+                                                   key=lambda item: (item[0][1], item[0][0])):
+                yield {"window": format_duration(window_ms) if window_ms else "all",
+                       "buckets": [first, last], "query_id": query_id, "segment": json.loads(segment),
+                       "sums": dict(zip(fields, row, strict=True)),
+                       "k": {str(k): figures(row, i) for i, k in enumerate(self.measure.cutoffs)}}
+
+    def summary(self) -> dict[str, Any]:
+        cutoffs = self.measure.cutoffs
+        overall = ScoreTotals(cutoffs)
+        by_segment: dict[str, dict[str, ScoreTotals]] = {}
+        for (_, _, _, _, segment, _), score in self._scores():
+            overall.add(score)
+            for key, value in segment:
+                values = by_segment.get(key)
+                if values is None:
+                    values = by_segment[key] = {}
+                totals = values.get(value)
+                if totals is None:
+                    totals = values[value] = ScoreTotals(cutoffs)
+                totals.add(score)
+        return {
+            "k": overall.means(),
+            "by_segment": {key: {value: totals.means() for value, totals in sorted(values.items())}
+                           for key, values in sorted(by_segment.items())},
+            "events": {
+                IMPRESSION: len(self._impressions),
+                JUDGMENT: len(self._revisions),
+                "duplicate": sum(self.duplicates.values()),
+                "rejected": dict(sorted(self.rejected.items())),
+            },
+        }
+
+
+class ScoreTotals:
+    """The aggregate fields of lists scored one by one (`metric.list_sums`, each list shown once),
+    gathered as they come: only their terms are kept, as floats, for `math.fsum`, rather than
+    every score."""
+
+    def __init__(self, cutoffs: tuple[int, ...], scores: Iterable[ListScore] = ()) -> None:
+        self.cutoffs = cutoffs
+        self.impressions = 0
+        # Per cut-off: every DCG, every defined nDCG, every judged ratio.
+        self._terms: dict[int, tuple[list[float], list[float], list[float]]] = {k: ([], [], []) for k in cutoffs}
+        for score in scores:
+            self.add(score)
+
+    def add(self, score: ListScore) -> None:
+        self.impressions += 1
+        for k, (dcgs, ndcgs, judged) in self._terms.items():
+            dcgs.append(score.dcg[k])
+            value = score.ndcg[k]
+            if value is not None:
+                ndcgs.append(value)
+            judged.append(score.judged_ratio[k])
+
+    def sums(self) -> dict[str, float]:
+        sums = {IMPRESSIONS: float(self.impressions)}
+        for k, (dcgs, ndcgs, judged) in self._terms.items():
+            sums[dcg_at(k)] = math.fsum(dcgs)
+            sums[ndcg_at(k)], sums[scored_at(k)] = ndcg_sums((value, 1) for value in ndcgs)
+            sums[judged_at(k)] = math.fsum(judged)
+        return sums
+
+    def means(self) -> dict[str, dict[str, Any]]:
+        """Means per cut-off: nDCG over scored impressions, DCG and judged ratio over all (the
+        service's window means, over every impression)."""
+        sums = self.sums()
+        rows = means(sums, self.cutoffs)
+        return {str(k): {"ndcg_mean": rows[str(k)]["ndcg_mean"], "dcg_mean": rows[str(k)]["dcg_mean"],
+                         "judged_ratio": rows[str(k)]["judged_ratio"],
+                         "scored_impressions": int(sums[scored_at(k)]), "impressions": self.impressions}
+                for k in self.cutoffs}

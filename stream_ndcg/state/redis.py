@@ -1,0 +1,269 @@
+"""The Redis store: each batch committed atomically with its offset, by the partition's holder.
+
+A batch costs two round trips: one pipelined read (query states, impression
+ids, clock) and one script call per partition that checks the epoch and the
+expected offset and writes states, lists, impression ids, aggregate
+increments, counts, the clock and the next offset, all or nothing.
+
+The same code runs on one server and on a Redis Cluster (``connect(...,
+cluster=True)``): every script names all its keys and they share one slot, the
+two global sets are single-key commands, and scripts go as EVAL, which the
+cluster pipeline routes by key (it refuses EVALSHA) and which no node can
+answer with NOSCRIPT after a restart or failover.
+
+Only the instance holding a partition writes it, so that instance keeps the
+query states it wrote in a `StateCache` and reads from Redis only the states
+it has not got. The cache of a partition is dropped on every claim and on
+every failed commit; the offset check makes a stale cache impossible to write
+(a Redis that lost its last second would refuse the next commit).
+
+The key layout and the scripts are `state.redis_scripts`'s; the connection, key names and
+reads `state.redis_reads`'s; what is stored is `state.format`'s, when it expires `windows`'s,
+and the cache is `state.cache`'s.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+import orjson
+import redis
+
+from stream_ndcg import reconfigure
+from stream_ndcg.errors import ConfigError, FencedError
+from stream_ndcg.query_state import QueryState
+from stream_ndcg.state import format as state_format
+from stream_ndcg.state.base import Commit, CommitInFlight, Snapshot
+from stream_ndcg.state.redis_reads import Client, RedisReads, text
+from stream_ndcg.state.redis_scripts import ADMIT, ADOPT, COMMIT, ROW_LOG_MS
+from stream_ndcg.windows import bucket_ttl_ms, oldest_kept_bucket
+
+logger = logging.getLogger(__name__)
+
+
+class RedisStore(RedisReads):
+    """The `StateStore` on one Redis server or a Redis Cluster.
+
+        store = RedisStore(lambda: connect(url, cluster=True), namespace="sndcg",
+                           bucket_ms=60_000, horizon_ms=87_000_000, state_ttl_ms=2_592_000_000)
+    """
+
+    def adopt(self, config: Mapping[str, object], *, rebuild: bool = False) -> bool:
+        keys = self._config_keys()
+        # Another instance that records a configuration between the read and the write makes the
+        # write fail: read it and decide again (it is most likely the same decision).
+        for _ in range(10):
+            held_text, found_format = self._read_config()
+            state_format.check_format(found_format)
+            record, rebuilt = reconfigure.decide(orjson.loads(held_text) if held_text else None, config,
+                                                 rebuild=rebuild)
+            wanted = held_text if record is None else orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()
+            with self._round_trip("configuration record"):
+                generation, found = self.client.eval(ADOPT, 3, *keys, wanted, held_text, "1" if rebuilt else "0",
+                                                     str(state_format.FORMAT_VERSION),
+                                                     ",".join(state_format.READABLE_FORMATS))
+            if generation == -2:
+                state_format.check_format(text(found))
+            if generation >= 0:
+                break
+        else:
+            raise ConfigError("the recorded metric configuration kept changing while this instance started: "
+                              "are instances with different configurations starting together?")
+        self._space = self.namespace if generation == 0 else f"{self.namespace}#{generation}"
+        self._cache.forget_all()
+        self._admitted.clear()
+        return rebuilt
+
+    def claim(self, partition: str) -> str:
+        self._cache.forget(partition)
+        with self._round_trip("claim"):
+            epoch = uuid.uuid4().hex
+            self.client.set(self._key(partition, "epoch"), epoch)
+            self.client.sadd(f"{self._space}:partitions", partition)
+        return epoch
+
+    def load(self, partition: str, query_ids: Collection[str], impressions: Mapping[str, int]) -> Snapshot:
+        states: dict[str, QueryState] = {}
+        now = time.monotonic()
+        for query_id in query_ids:
+            cached = self._cache.get(partition, query_id, now)
+            if cached is not None:
+                states[query_id] = cached
+        queries = [q for q in query_ids if q not in states]
+        ids = list(impressions)
+        with self._round_trip("load"):
+            pipe = self.client.pipeline(transaction=False)
+            for query_id in queries:
+                pipe.hgetall(self._key(partition, "q", query_id))
+            if ids:
+                pipe.zmscore(self._key(partition, "imp"), ids)
+            pipe.hget(self._key(partition, "meta"), "clock")
+            replies = pipe.execute()
+        for query_id, fields in zip(queries, replies[: len(queries)], strict=True):
+            if fields:
+                states[query_id] = state_format.state_from_fields(fields)
+        known = {i: int(score) for i, score in zip(ids, replies[len(queries)], strict=True)
+                 if score is not None} if ids else {}
+        clock = replies[-1]
+        return Snapshot(states, known, int(clock) if clock is not None else None)
+
+    def commit(self, commits: Collection[Commit]) -> None:
+        if commits:
+            self._send(commits, overlap=False).finish()
+
+    def begin_commit(self, commits: Collection[Commit]) -> CommitInFlight:
+        """The commit scripts sent on a connection of their own, their replies read by `finish()`:
+        the caller goes on (polling the next batch from Kafka) while Redis runs them. On a cluster
+        they are sent when finished, as `commit` sends them."""
+        return self._send(commits, overlap=True)
+
+    def _send(self, commits: Collection[Commit], *, overlap: bool) -> _RedisCommit:
+        # Before the scripts run: the TTLs they set start later, so a cached state is trusted less long.
+        written = time.monotonic()
+        prepared = [self._payload(commit) for commit in commits]
+        ttls = [state_ttls for _, _, state_ttls in prepared]
+        scripts = [("EVAL", COMMIT, len(keys), *keys, commit.epoch, payload,
+                    "" if commit.expected_offset is None else str(commit.expected_offset))
+                   for commit, (keys, payload, _) in zip(commits, prepared, strict=True)]
+        client = self.client
+        if not overlap or not isinstance(client, redis.Redis):
+            return _RedisCommit(self, list(commits), ttls, written, functools.partial(_executed, client, scripts))
+        started = time.perf_counter()
+        with self._round_trip("commit", forget=[commit.partition for commit in commits], observe=False):
+            read = _sent(client.connection_pool, scripts)
+        return _RedisCommit(self, list(commits), ttls, written, read, sending_s=time.perf_counter() - started)
+
+    def _payload(self, commit: Commit) -> tuple[list[str], str, dict[str, int]]:
+        """The commit script's keys and payload, and the TTL it gives each query state."""
+        partition, outcome = commit.partition, commit.outcome
+        keys = [self._key(partition, name) for name in ("epoch", "meta", "counts", "aggidx", "imp", "rowlog", "reader",
+                                                              "aggchg")]
+
+        def index(key: str) -> int:
+            keys.append(key)
+            return len(keys)  # Lua counts from 1
+
+        clock = outcome.clock_ms
+        now = time.time() * 1000 if self.wall_clock else clock
+
+        def ttl(bucket: int) -> int:
+            return bucket_ttl_ms(bucket, now, self.horizon_ms, self.bucket_ms)
+
+        states = []
+        state_ttls: dict[str, int] = {}
+        for query_id, state in outcome.touched.items():
+            query_change = outcome.changes[query_id]
+            written, removed, appended = state_format.changed_fields(state, query_change)
+            # Judgments outlive the query's last event by the judgment TTL. A state without any
+            # holds only groups, which all fall behind the horizon with its newest bucket: the
+            # engine would drop them at the query's next event, and Redis drops them unasked (a
+            # query shown once would otherwise hold its groups for the judgment TTL). Only under
+            # the wall clock, which Redis's TTLs count in: an event clock may run slower.
+            grouped_only = self.wall_clock and not state.revisions
+            state_ttl = state_ttls[query_id] = (max(map(ttl, (b for b, _ in state.groups)), default=1)
+                                                if grouped_only else self.state_ttl_ms)
+            states.append([index(self._key(partition, "q", query_id)), state_ttl, written, removed, appended])
+
+        lists = [[index(self._key(partition, "lists", q, b)), ttl(b), fields]
+                 for (q, b), fields in state_format.list_increments(outcome).items()]
+        impressions = [item for impression_id, bucket in outcome.impression_buckets.items()
+                       for item in (str(bucket), impression_id)]
+        aggs = [[index(self._key(partition, "agg", b)), ttl(b), str(b), fields]
+                for b, fields in state_format.aggregate_increments(outcome).items()]
+        # The script logs the rows itself while a reader holds the lease: they cross the network once.
+        rows = [[index(self._key(partition, "rows", b)), ttl(b), fields, b]
+                for b, fields in state_format.row_writes(outcome).items()]
+        prune = str(oldest_kept_bucket(now, self.horizon_ms, self.bucket_ms)) if now is not None else None
+        forget = str(oldest_kept_bucket(now, self.dedup_horizon_ms, self.bucket_ms)) if now is not None else None
+        payload = {
+            "states": states, "lists": lists, "impressions": impressions, "aggs": aggs, "rows": rows,
+            "row_log_ms": ROW_LOG_MS,
+            "counts": [[name, n] for name, n in outcome.counts.items()],
+            # The horizon's TTL, not the dedup horizon's: `forget` prunes by the clock, and under
+            # the event clock a pause in traffic must not expire ids the clock still remembers.
+            "imp_ttl": max(map(ttl, outcome.impression_buckets.values()), default=0),
+            "offset": str(commit.next_offset), "clock": str(clock) if clock is not None else None, "prune": prune,
+            "forget": forget,
+        }
+        return keys, orjson.dumps(payload).decode(), state_ttls
+
+    def admit(self, label: str, value: str, cap: int) -> bool:
+        # A value once admitted stays admitted, and a full set stays full: both answers can be cached.
+        cached = self._admitted.get((label, value))
+        if cached is None:
+            with self._round_trip("segment admission"):
+                cached = bool(self.client.eval(ADMIT, 1, f"{self._space}:segment:{label}", value, str(cap)))
+            self._admitted[(label, value)] = cached
+        return cached
+
+
+def _sent(pool: redis.ConnectionPool, scripts: list[tuple[Any, ...]]) -> Callable[[], list[Any]]:
+    """Send commands on a connection of the pool's, and return what reads their replies (and gives
+    the connection back): a round trip in two halves, with other work in between."""
+    # Typed Any: redis-py's connections are not annotated.
+    connection: Any = pool.get_connection()
+    try:
+        connection.send_packed_command(connection.pack_commands(scripts))
+    except BaseException:
+        connection.disconnect()
+        pool.release(connection)
+        raise
+
+    def read() -> list[Any]:
+        try:
+            return [connection.read_response() for _ in scripts]
+        except BaseException:
+            # Replies left unread would answer the connection's next command.
+            connection.disconnect()
+            raise
+        finally:
+            pool.release(connection)
+
+    return read
+
+
+def _executed(client: Client, scripts: list[tuple[Any, ...]]) -> list[Any]:
+    """Commands sent and their replies read, in one pipelined round trip."""
+    pipe = client.pipeline(transaction=False)
+    for script in scripts:
+        pipe.execute_command(*script)
+    return pipe.execute()
+
+
+class _RedisCommit:
+    """Commit scripts sent (`RedisStore.begin_commit`); `finish` reads their replies."""
+
+    def __init__(self, store: RedisStore, commits: list[Commit], state_ttls: list[dict[str, int]], written: float,
+                 read: Callable[[], list[Any]], *, sending_s: float = 0.0) -> None:
+        self.store = store
+        self.commits = commits
+        self.state_ttls = state_ttls
+        self.written = written
+        # What makes the round trip, or its second half: the scripts' replies, or an error.
+        self.read = read
+        self.sending_s = sending_s
+
+    def finish(self) -> float:
+        store, commits = self.store, self.commits
+        with store._round_trip("commit", forget=[commit.partition for commit in commits], earlier_s=self.sending_s):
+            results = self.read()
+        acknowledged = time.monotonic()
+        refused = []
+        for commit, result, ttls in zip(commits, results, self.state_ttls, strict=True):
+            if result == 1:
+                # Trusted for less than the key's TTL, which runs from the write.
+                for query_id, state in commit.outcome.touched.items():
+                    store._cache.put(commit.partition, {query_id: state}, self.written + ttls[query_id] / 1000 * 0.9)
+            else:
+                store._cache.forget(commit.partition)
+                reason = "claimed by a newer holder" if result == 0 else "not at the expected offset"
+                refused.append(f"{commit.partition} ({reason})")
+        if refused:
+            raise FencedError(f"batch not written for partition(s) {', '.join(refused)}")
+        return acknowledged
+
