@@ -313,7 +313,7 @@ class StreamProcessor:
         # A full batch: more is waiting, fetched while the store writes. A smaller one (caught up):
         # written and acknowledged at once, as a poll in between would only take the next few
         # records early, and small live batches cost more per event (the judgment-to-metric
-        # latency's tail grew near capacity when they overlapped: bench/RESULTS.md, session 11).
+        # latency's tail grew near capacity when they overlapped: bench/RESULTS.md).
         overlap = sum(map(len, batch.values())) >= self.settings.batch_size
         result, commit = self.pipeline.send(batches, now_ms, overlap=overlap)
         self._sent = _SentBatch(batch, result, commit, time.perf_counter() - started)

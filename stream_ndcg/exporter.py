@@ -37,12 +37,12 @@ from prometheus_client.registry import Collector
 from stream_ndcg import __version__
 from stream_ndcg.config import Settings
 from stream_ndcg.errors import StoreUnavailable
-from stream_ndcg.listener import Listener
+from stream_ndcg.listener import Listener, respond
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.state.base import StateStore
 from stream_ndcg.vocabulary import EVENT_TYPES, MetricName, duplicate, rejection_reason
 from stream_ndcg.window_sums import WindowSums
-from stream_ndcg.windows import means
+from stream_ndcg.windows import means, window_buckets
 
 logger = logging.getLogger(__name__)
 
@@ -69,10 +69,12 @@ class WindowView:
                    pipeline=settings.key_namespace)
 
     def window_buckets(self, now_ms: int, window_ms: int) -> tuple[int, int]:
-        """The buckets [first, last] of the window that ends at `now_ms`: the last
-        window_ms / bucket_ms buckets, the one holding `now_ms` included."""
-        last = now_ms // self.bucket_ms
-        return last - window_ms // self.bucket_ms + 1, last
+        """`windows.window_buckets` with this view's buckets."""
+        return window_buckets(now_ms, window_ms, self.bucket_ms)
+
+    def now_ms(self, store: StateStore, clock: Callable[[], float]) -> int | None:
+        """Where the windows end: the state's event clock (None before any event), or the wall clock."""
+        return store.clock_ms() if self.event_clock else int(clock() * 1000)
 
 
 class WindowTotals:
@@ -124,7 +126,7 @@ class _StoreCollector(Collector):
         try:
             for _ in range(WARM_UP_READS):
                 read_started = time.monotonic()
-                now = self.store.clock_ms() if self.view.event_clock else int(self.clock() * 1000)
+                now = self.view.now_ms(self.store, self.clock)
                 if now is None:
                     return
                 self.totals.at(now)
@@ -161,7 +163,7 @@ class _StoreCollector(Collector):
                 rejected.add_metric([*pipeline, reason], n)
         yield from (events, rejected, duplicates)
 
-        now = self.store.clock_ms() if view.event_clock else int(self.clock() * 1000)
+        now = view.now_ms(self.store, self.clock)
         labels = ["pipeline", "k", "window", *seg]
         gauges = [(GaugeMetricFamily(name, text, labels=labels), field) for name, text, field in _QUALITY_GAUGES]
         impressions = GaugeMetricFamily(MetricName.IMPRESSIONS, "Impressions in the window.",
@@ -272,11 +274,7 @@ class Exporter:
                     self._send(404, b"not found\n")
 
             def _send(self, status: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                respond(self, status, body, content_type)
 
             def log_message(self, format: str, *args: object) -> None:  # noqa: A002
                 logger.debug("http: " + format, *args)

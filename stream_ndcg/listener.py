@@ -3,7 +3,20 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def respond(handler: BaseHTTPRequestHandler, status: int, body: bytes,
+            content_type: str = "text/plain; charset=utf-8", headers: Mapping[str, str] | None = None) -> None:
+    """Send a whole response: status, content type and length, `headers`, then the body."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    handler.wfile.write(body)
 
 
 class Listener:

@@ -30,8 +30,8 @@ logger = logging.getLogger(__name__)
 
 # The collector's youngest generation is collected after this many new container objects (700
 # by default). Every batch builds and drops hundreds of thousands of them, and each full
-# collection walks the state cache's groups: measured on the drill-down bench, 17% of the
-# service's CPU went to the collector with the defaults, 2% with these.
+# collection walks the state cache's groups: with the defaults the collector takes a large share
+# of the service's CPU on the drill-down bench, with these a small one (bench/RESULTS.md).
 YOUNG_COLLECTION_THRESHOLD = 50_000
 
 

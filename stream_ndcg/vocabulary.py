@@ -101,10 +101,17 @@ def full_segment_key(segment: Segment) -> str:
     return json.dumps(dict(segment), sort_keys=True, separators=(",", ":"))
 
 
+@functools.lru_cache(maxsize=4096)
+def parse_segment_key(segment_key: str) -> dict[str, str]:
+    """The segment map a segment key was made of (`full_segment_key`), values as text. Cached:
+    the result is shared, never change it."""
+    return {str(k): str(v) for k, v in json.loads(segment_key).items()} if segment_key else {}
+
+
 def segment_values(segment_key: str, labels: tuple[str, ...]) -> list[str]:
     """The values of `labels` in a segment key, MISSING where the key has none."""
-    segment = json.loads(segment_key) if segment_key else {}
-    return [str(segment.get(label, MISSING)) for label in labels]
+    segment = parse_segment_key(segment_key)
+    return [segment.get(label, MISSING) for label in labels]
 
 
 class MetricName:

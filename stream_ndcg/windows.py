@@ -38,6 +38,18 @@ def bucket_ttl_ms(bucket: int, clock_ms: float | None, horizon_ms: int, bucket_m
     return least if clock_ms is None else max(least, int(kept_until_ms(bucket, horizon_ms, bucket_ms) - clock_ms))
 
 
+def window_buckets(now_ms: int, window_ms: int, bucket_ms: int) -> tuple[int, int]:
+    """The buckets [first, last] of the window that ends at `now_ms`: the last
+    window_ms / bucket_ms buckets, the one holding `now_ms` included."""
+    last = now_ms // bucket_ms
+    return last - window_ms // bucket_ms + 1, last
+
+
+def mean(total: float, count: float) -> float | None:
+    """A mean, None when there is nothing to average (never 0: an empty window is not a bad one)."""
+    return total / count if count else None
+
+
 def field_sums(
     aggregates: Mapping[AggregateKey, float],
     buckets: Callable[[int], bool] = lambda _: True,
@@ -59,9 +71,9 @@ def means(sums: Mapping[str, float], cutoffs: Iterable[int]) -> dict[str, dict[s
     for k in cutoffs:
         scored, ndcg, dcg, judged = (sums.get(name(k), 0.0) for name in (scored_at, ndcg_at, dcg_at, judged_at))
         rows[str(k)] = {
-            "ndcg_mean": ndcg / scored if scored else None,
-            "dcg_mean": dcg / impressions if impressions else None,
-            "judged_ratio": judged / impressions if impressions else None,
+            "ndcg_mean": mean(ndcg, scored),
+            "dcg_mean": mean(dcg, impressions),
+            "judged_ratio": mean(judged, impressions),
             "ndcg_sum": ndcg,
             "dcg_sum": dcg,
             "judged_sum": judged,

@@ -36,7 +36,7 @@ import orjson
 
 from stream_ndcg.drilldown.explorer import Explorer, Question
 from stream_ndcg.errors import RequestError, StoreUnavailable
-from stream_ndcg.listener import Listener
+from stream_ndcg.listener import Listener, respond
 
 logger = logging.getLogger(__name__)
 
@@ -128,13 +128,7 @@ class Api:
 
             def _send(self, status: int, body: bytes, content_type: str,
                       extra: dict[str, str] | None = None) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                for name, value in {**HEADERS, **(extra or {})}.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(body)
+                respond(self, status, body, content_type, {**HEADERS, **(extra or {})})
 
             def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
                 """Silenced: do_GET logs the route without its query string."""

@@ -164,7 +164,7 @@ class Explorer:
                 self.index = index.QueryIndex(self.index.fields)
                 self._cursors.clear()
                 self._exposures.clear()
-        now = self.store.clock_ms() if self.view.event_clock else int(self.clock() * 1000)
+        now = self.view.now_ms(self.store, self.clock)
         if now is None:
             raise NotFound("window", "no event has been applied yet")
         return now

@@ -15,9 +15,7 @@ The judging queue is `drilldown.queue`'s.
 
 from __future__ import annotations
 
-import functools
 import heapq
-import json
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,23 +24,17 @@ from typing import Any
 
 from stream_ndcg.metric import Measure, first_occurrences, ideal_dcg, score_list
 from stream_ndcg.rows import DCG, EXPOSURE, JUDGED, NDCG, SCORED, Row, add_into, row_index
-from stream_ndcg.vocabulary import (
-    MISSING,
-)
+from stream_ndcg.vocabulary import MISSING, parse_segment_key
+from stream_ndcg.windows import mean
 
 # (partition, segment key, query id): whose row it is, within one bucket.
 RowKey = tuple[str, str, str]
 SegmentFilter = Mapping[str, str]
 
 
-@functools.lru_cache(maxsize=4096)
-def _segment(segment_key: str) -> dict[str, str]:
-    return {str(k): str(v) for k, v in json.loads(segment_key).items()} if segment_key else {}
-
-
 def matches(segment_key: str, wanted: SegmentFilter) -> bool:
     """Whether a segment key has every wanted label value (a label it lacks is `none`)."""
-    segment = _segment(segment_key)
+    segment = parse_segment_key(segment_key)
     return all(segment.get(label, MISSING) == value for label, value in wanted.items())
 
 
@@ -182,9 +174,9 @@ def figures(row: Sequence[float], cutoff_index: int) -> dict[str, float | None]:
     return {
         "impressions": impressions,
         "scored_impressions": scored,
-        "ndcg": row[row_index(cutoff_index, NDCG)] / scored if scored else None,
-        "dcg": row[row_index(cutoff_index, DCG)] / impressions if impressions else None,
-        "judged_ratio": row[row_index(cutoff_index, JUDGED)] / impressions if impressions else None,
+        "ndcg": mean(row[row_index(cutoff_index, NDCG)], scored),
+        "dcg": mean(row[row_index(cutoff_index, DCG)], impressions),
+        "judged_ratio": mean(row[row_index(cutoff_index, JUDGED)], impressions),
     }
 
 
@@ -222,7 +214,7 @@ def _sort_value(sort: str, table: Mapping[str, Sequence[float]], other: Mapping[
             return None
         if denominator is None:
             return row[position]
-        return row[position] / row[denominator] if row[denominator] else None
+        return mean(row[position], row[denominator])
 
     if sort == name:
         return lambda query_id: figure(table[query_id])
@@ -281,7 +273,8 @@ def list_details(lists: Iterable[tuple[tuple[str, ...], str, int]], grades: Mapp
         own = [measure.gain_of(grades[doc]) for _, doc in first_occurrences(ranked, measure.depth) if doc in grades]
         details.append({
             "impressions": sum(by_segment.values()),
-            "segments": [{"segment": _segment(s), "impressions": n} for s, n in sorted(by_segment.items())],
+            "segments": [{"segment": dict(parse_segment_key(s)), "impressions": n}
+                         for s, n in sorted(by_segment.items())],
             "results": [{"rank": rank, "doc_id": doc, "grade": grades.get(doc)}
                         for rank, doc in enumerate(ranked, start=1)],
             "dcg": {str(k): score.dcg[k] for k in measure.cutoffs},

@@ -38,7 +38,7 @@ from stream_ndcg.vocabulary import (
     ndcg_at,
     scored_at,
 )
-from stream_ndcg.windows import means, oldest_kept_bucket
+from stream_ndcg.windows import means, oldest_kept_bucket, window_buckets
 
 
 class ScoredImpression(NamedTuple):
@@ -179,9 +179,10 @@ class Replay:
         event clock puts it; 0 for every impression), query and segment, the sums and figures the
         drill-down API reports."""
         fields = row_fields(self.measure.cutoffs)
-        last = None if self.latest_ts is None else self.latest_ts // bucket_ms
         for window_ms in windows_ms:
-            first = None if last is None or not window_ms else last - window_ms // bucket_ms + 1
+            first, last = ((None, None) if self.latest_ts is None
+                           else window_buckets(self.latest_ts, window_ms, bucket_ms) if window_ms
+                           else (None, self.latest_ts // bucket_ms))
             for (segment, query_id), row in sorted(self.query_rows(first, last, bucket_ms).items(),
                                                    key=lambda item: (item[0][1], item[0][0])):
                 yield {"window": format_duration(window_ms) if window_ms else "all",
