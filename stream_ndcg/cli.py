@@ -176,13 +176,9 @@ def _check_state(settings: Settings) -> int:
     from stream_ndcg import reconfigure
     from stream_ndcg.errors import StoreUnavailable
     from stream_ndcg.state import format as state_format
-    from stream_ndcg.state.redis import RedisStore
-    from stream_ndcg.state.redis_reads import connect
+    from stream_ndcg.wiring import redis_store
 
-    store = RedisStore(lambda: connect(settings.redis_url, cluster=settings.redis_cluster,
-                                       ca_file=settings.redis_ca_file),
-                       namespace=settings.key_namespace, bucket_ms=settings.bucket, horizon_ms=settings.horizon,
-                       state_ttl_ms=settings.judgment_ttl)
+    store = redis_store(settings)
     try:
         stored, found_format = store.recorded_config()
     except StoreUnavailable as exc:

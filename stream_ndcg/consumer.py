@@ -11,13 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stream_ndcg import reconfigure
 from stream_ndcg.backoff import Backoff
-from stream_ndcg.config import Settings
 from stream_ndcg.errors import ConsumerStalled, FencedError, RecoverableError, StoreUnavailable, UndecodableRecords
 from stream_ndcg.exporter import Exporter
 from stream_ndcg.lag import LagReport
@@ -39,6 +37,21 @@ class _SentBatch:
     # The time it took to process and send: what `stream_ndcg_batch_duration_seconds` counts, with
     # the wait for the reply, and without the poll in between.
     seconds: float
+
+
+@dataclass(frozen=True)
+class ProcessorOptions:
+    """What the loop reads of the configuration (`wiring.processor_options` makes them of `Settings`)."""
+
+    topics: tuple[str, ...]
+    linger_ms: int
+    batch_size: int
+    # Where a partition with no stored offset starts.
+    start_from: StartFrom
+    # The metric configuration the state must serve (`reconfigure.configured`).
+    metric_config: Mapping[str, object]
+    rebuild: bool = False
+    fail_on_data_loss: bool = False
 
 
 class StreamProcessor:
@@ -64,10 +77,9 @@ class StreamProcessor:
        releases its partitions, whose records just polled are dropped with
        them; nothing of the next batch is loaded before the reply;
     7. only then commit the offsets to Kafka, for lag monitoring alone;
-    8. a partition that gave no records but whose position moved on (past the
-       marker that ended a transaction, or an aborted transaction's records)
-       gets an offsets-only commit through the same fenced write, so that the
-       stored offset, and so the lag, reach the last stable offset.
+    8. a quiet partition whose position moved past transaction markers or
+       aborted records gets an offsets-only commit through the same fenced
+       write, so that the stored offset reaches the last stable offset.
 
     Steps 2 to 5 are the `BatchPipeline`. The offsets in the store are the
     truth: on assignment the processor claims the partition (a new epoch,
@@ -81,14 +93,14 @@ class StreamProcessor:
     IDLE_CHECK_S = 2.0
 
     def __init__(self, source: Source, store: StateStore, pipeline: BatchPipeline, exporter: Exporter,
-                 settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
+                 options: ProcessorOptions, *, clock: Callable[[], float] = time.time) -> None:
         self.source = source
         self.store = store
         self.pipeline = pipeline
         self.exporter = exporter
-        self.settings = settings
+        self.options = options
         # Where a partition with no stored offset starts: the setting, or the beginning after a rebuild.
-        self.start_from: StartFrom = "earliest" if settings.auto_offset_reset == "earliest" else "latest"
+        self.start_from: StartFrom = options.start_from
         self.clock = clock
         self.backoff = Backoff()
         self.ownership = Ownership()
@@ -160,7 +172,7 @@ class StreamProcessor:
         unreachable; False on shutdown."""
         while not self._shutdown.is_set():
             try:
-                if self.store.adopt(reconfigure.configured(self.settings), rebuild=self.settings.rebuild):
+                if self.store.adopt(self.options.metric_config, rebuild=self.options.rebuild):
                     logger.warning("state rebuilt for a new metric configuration: consuming from the beginning")
                     self.start_from = "earliest"
                 self.backoff.reset()
@@ -182,7 +194,7 @@ class StreamProcessor:
         else:
             logger.info("stopped before connecting to Kafka")
             return False
-        missing = list(self.settings.topics)
+        missing = list(self.options.topics)
         while missing and not self._shutdown.is_set():
             try:
                 missing = self.source.missing_topics(missing)
@@ -193,15 +205,15 @@ class StreamProcessor:
                 logger.warning("topic(s) %s not found yet; retrying in %.1fs", ", ".join(missing), delay)
                 self._shutdown.wait(delay)
         self.backoff.reset()
-        self.source.subscribe(self.settings.topics)
-        logger.info("consuming %s", ", ".join(self.settings.topics))
+        self.source.subscribe(self.options.topics)
+        logger.info("consuming %s", ", ".join(self.options.topics))
         return True
 
     def _cycle(self) -> None:
         # Not shorter with a commit in flight: kafka-python polled without waiting after a
         # rebalance stopped fetching (tests/integration/test_lost_records.py stalled). When the
         # topic is quiet the reply is read up to a linger late, and counted from when it came.
-        polled = self.source.poll(self.settings.linger, self.settings.batch_size)
+        polled = self.source.poll(self.options.linger_ms, self.options.batch_size)
         self._finish_commit()
         self._follow_assignment()
         batch = {p: records for p, records in polled.items() if self.ownership.owns(p)}
@@ -290,7 +302,7 @@ class StreamProcessor:
         log start), so it is counted once; with fail_on_data_loss the partition is halted instead,
         and the service stays not ready until restarted."""
         lost = start - offset
-        if self.settings.fail_on_data_loss:
+        if self.options.fail_on_data_loss:
             self.ownership.halt(partition)
             logger.error("%s: offsets %d to %d were deleted from Kafka before they were read (retention or "
                          "delete-records); not reading the partition: restart with fail_on_data_loss=false to skip "
@@ -314,7 +326,7 @@ class StreamProcessor:
         # written and acknowledged at once, as a poll in between would only take the next few
         # records early, and small live batches cost more per event (the judgment-to-metric
         # latency's tail grew near capacity when they overlapped: bench/RESULTS.md).
-        overlap = sum(map(len, batch.values())) >= self.settings.batch_size
+        overlap = sum(map(len, batch.values())) >= self.options.batch_size
         result, commit = self.pipeline.send(batches, now_ms, overlap=overlap)
         self._sent = _SentBatch(batch, result, commit, time.perf_counter() - started)
         if not overlap:
@@ -375,11 +387,9 @@ class StreamProcessor:
                 moves[partition] = (claim, position)
         if not moves:
             return
-        now_ms = int(self.clock() * 1000)
-        commits = [self.pipeline.stage(p.name, claim.epoch, [], position, claim.offset, now_ms)
-                   for p, (claim, position) in moves.items()]
         try:
-            self.store.commit(commits)
+            self.pipeline.move_offsets({p.name: (claim.epoch, position, claim.offset)
+                                        for p, (claim, position) in moves.items()}, int(self.clock() * 1000))
         except FencedError as exc:
             self.exporter.fenced.inc()
             logger.warning("%s", exc)

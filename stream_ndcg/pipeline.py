@@ -12,7 +12,7 @@ Kafka: records are anything with topic, partition, offset, key and value.
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stream_ndcg.dead_letters import DeadLetters
@@ -137,6 +137,11 @@ class BatchPipeline:
         outcome = self.engine.apply(events, snapshot.states, snapshot.known_impressions, clock,
                                     event_clock=self.event_clock)
         return Commit(partition, epoch, outcome, next_offset, expected_offset)
+
+    def move_offsets(self, moves: Mapping[str, tuple[str, int, int | None]], now_ms: int) -> None:
+        """Commit offsets without records: partition -> (epoch, next offset, expected offset)."""
+        self.store.commit([self.stage(partition, epoch, [], next_offset, expected, now_ms)
+                           for partition, (epoch, next_offset, expected) in moves.items()])
 
     def apply(self, partition: str, epoch: str, events: Sequence[Event | InvalidEvent], next_offset: int,
               expected_offset: int | None, now_ms: int | None = None) -> Commit:

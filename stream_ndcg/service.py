@@ -6,24 +6,18 @@ import gc
 import logging
 import os
 import signal
-from collections.abc import Callable
 
 from kafka import KafkaConsumer, KafkaProducer
 from prometheus_client import CollectorRegistry
 
+from stream_ndcg import wiring
 from stream_ndcg.config import Settings
 from stream_ndcg.consumer import StreamProcessor
 from stream_ndcg.dead_letters import DeadLetters
 from stream_ndcg.drilldown.api import Api
 from stream_ndcg.drilldown.explorer import Explorer
-from stream_ndcg.engine import Engine
-from stream_ndcg.events import Limits
 from stream_ndcg.exporter import Exporter, WindowTotals, WindowView
-from stream_ndcg.pipeline import BatchPipeline, RecordChecks
-from stream_ndcg.segments import SegmentProjector
 from stream_ndcg.source.kafka import KafkaSource, consumer_options
-from stream_ndcg.state.redis import RedisStore
-from stream_ndcg.state.redis_reads import connect
 
 logger = logging.getLogger(__name__)
 
@@ -44,54 +38,33 @@ def collect_garbage_for_batches() -> None:
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, 20, 20)
 
 
-def redis_store(settings: Settings, observe_round_trip: Callable[[float], None] = lambda seconds: None) -> RedisStore:
-    return RedisStore(
-        lambda: connect(settings.redis_url, cluster=settings.redis_cluster, ca_file=settings.redis_ca_file),
-        namespace=settings.key_namespace,
-        bucket_ms=settings.bucket,
-        horizon_ms=settings.horizon,
-        state_ttl_ms=settings.judgment_ttl,
-        dedup_horizon_ms=settings.dedup_horizon,
-        wall_clock=settings.clock == "wall",
-        cache_groups=settings.state_cache_groups,
-        observe_round_trip=observe_round_trip,
-    )
-
-
 def build(settings: Settings, registry: CollectorRegistry | None = None) -> tuple[StreamProcessor, Exporter]:
     registry = registry or CollectorRegistry()
     holder: list[Exporter] = []
-    store = redis_store(settings, lambda seconds: holder[0].redis_seconds.observe(seconds) if holder else None)
+    store = wiring.redis_store(settings,
+                               lambda seconds: holder[0].redis_seconds.observe(seconds) if holder else None)
     # The image sets the source revision at build time (Dockerfile ARG REVISION); it is not a setting.
     exporter = Exporter(registry, store, WindowView.from_settings(settings),
                         revision=os.environ.get("STREAM_NDCG_REVISION", "unknown"))
     holder.append(exporter)
-    engine = Engine(settings.measure, settings.bucket, horizon_ms=settings.horizon,
-                    judgment_max_age_ms=settings.judgment_ttl, dedup_horizon_ms=settings.dedup_horizon,
-                    drilldown=settings.drilldown)
     kafka_options = settings.kafka_client_options()
     options = consumer_options(kafka_options, group_id=settings.group_id,
                                auto_offset_reset=settings.auto_offset_reset, batch_size=settings.batch_size,
                                max_message_bytes=settings.max_message_bytes)
-    checks = RecordChecks(Limits(max_results=settings.max_results, max_message_bytes=settings.max_message_bytes),
-                          require_key=settings.require_key, max_future_ms=settings.max_future)
-    pipeline = BatchPipeline(
-        store, engine, checks, event_clock=settings.clock == "event",
-        projector=SegmentProjector(store, settings.segment_labels, settings.segment_cap),
-        dead_letters=DeadLetters(lambda: KafkaProducer(**kafka_options, acks="all", linger_ms=5),
-                                 settings.dead_letter_topic, exporter.dead_letters_dropped.inc)
-        if settings.dead_letter_topic else None,
-    )
+    dead_letters = (DeadLetters(lambda: KafkaProducer(**kafka_options, acks="all", linger_ms=5),
+                                settings.dead_letter_topic, exporter.dead_letters_dropped.inc)
+                    if settings.dead_letter_topic else None)
+    pipeline = wiring.batch_pipeline(settings, store, wiring.engine(settings), dead_letters=dead_letters)
     processor = StreamProcessor(KafkaSource(lambda: KafkaConsumer(**options)), store, pipeline, exporter,
-                                settings)
+                                wiring.processor_options(settings))
     return processor, exporter
 
 
 def explorer(settings: Settings, window_totals: WindowTotals | None = None) -> Explorer:
     """The drill-down's reader, on a store of its own: its reads never touch the consumer's cache.
     Its summary reads `window_totals` (the exporter's, in `run`) if given."""
-    return Explorer(redis_store(settings), WindowView.from_settings(settings), settings.measure, settings.horizon,
-                    window_totals=window_totals)
+    return Explorer(wiring.redis_store(settings), WindowView.from_settings(settings), settings.measure,
+                    settings.horizon, window_totals=window_totals)
 
 
 def run(settings: Settings) -> int:

@@ -38,13 +38,11 @@ from typing import Any, TextIO
 
 from prometheus_client import CollectorRegistry
 
+from stream_ndcg import wiring
 from stream_ndcg.config import Settings
-from stream_ndcg.engine import Engine
 from stream_ndcg.errors import ConfigError
-from stream_ndcg.events import Event, InvalidEvent, Limits
+from stream_ndcg.events import Event, InvalidEvent
 from stream_ndcg.exporter import Exporter, WindowView
-from stream_ndcg.pipeline import BatchPipeline, RecordChecks
-from stream_ndcg.segments import SegmentProjector
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.source.local import LocalRecord
 from stream_ndcg.state.memory import MemoryStore
@@ -135,18 +133,12 @@ class History:
     def __init__(self, settings: Settings, writer: OpenMetricsWriter | None = None) -> None:
         self.settings = settings
         self.writer = writer or OpenMetricsWriter()
-        # Built as service.build builds the service, over the in-memory store.
+        # Built as the service is (`wiring`), over the in-memory store.
         self.store = MemoryStore(bucket_ms=settings.bucket, horizon_ms=settings.horizon,
                                  dedup_horizon_ms=settings.dedup_horizon)
         # Without drill-down rows: a history holds the window gauges only.
-        self.engine = Engine(settings.measure, settings.bucket, horizon_ms=settings.horizon,
-                             judgment_max_age_ms=settings.judgment_ttl, dedup_horizon_ms=settings.dedup_horizon,
-                             drilldown=False)
-        checks = RecordChecks(Limits(max_results=settings.max_results, max_message_bytes=settings.max_message_bytes),
-                              require_key=False, max_future_ms=settings.max_future)
-        self.pipeline = BatchPipeline(self.store, self.engine, checks, event_clock=True,
-                                      projector=SegmentProjector(self.store, settings.segment_labels,
-                                                                 settings.segment_cap))
+        self.engine = wiring.engine(settings, drilldown=False)
+        self.pipeline = wiring.batch_pipeline(settings, self.store, self.engine, require_key=False, event_clock=True)
         self.registry = CollectorRegistry()
         Exporter(self.registry, self.store, WindowView.from_settings(settings))
         self.epoch = self.store.claim(PARTITION)

@@ -27,6 +27,7 @@ from stream_ndcg.source.local import LocalSource
 from stream_ndcg.state.base import Commit, CommitInFlight
 from stream_ndcg.state.memory import MemoryStore
 from stream_ndcg.windows import window_means
+from stream_ndcg.wiring import processor_options
 
 TOPIC = "events"
 PARTITIONS = [Partition(TOPIC, 0), Partition(TOPIC, 1)]
@@ -59,7 +60,7 @@ def processor(source: LocalSource, store: MemoryStore, **overrides: str) -> Stre
     engine = Engine(config.measure, config.bucket)
     exporter = Exporter(CollectorRegistry(), store, WindowView(config.k, config.windows, config.bucket, (), True))
     pipeline = BatchPipeline(store, engine, RecordChecks(require_key=False), event_clock=True)
-    made = StreamProcessor(source, store, pipeline, exporter, config)
+    made = StreamProcessor(source, store, pipeline, exporter, processor_options(config))
     made.backoff.base = made.backoff.cap = 0.0
     return made
 
