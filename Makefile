@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint test test-unit chaos bench demo clean helm checkov manifests
+.PHONY: venv lint docs test test-unit chaos bench demo clean helm checkov manifests
 
 # Helm and checkov are tools of the tests, cached outside the repository (like the Kafka jars).
 CACHE ?= $(or $(STREAM_NDCG_CACHE),$(HOME)/.cache/stream-ndcg)
@@ -28,6 +28,12 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/mypy bench
 
+# The manual (docs/, mkdocs.yml) into site/ (ignored by git); --strict fails on a broken link or anchor.
+# NO_MKDOCS_2_WARNING quiets mkdocs-material's notice about its end of life, printed on every build.
+SITE := site
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d $(SITE)
+
 # Helm from its Go module (no distribution package has it); about two minutes, once.
 helm: $(HELM)
 $(HELM):
@@ -43,8 +49,8 @@ $(CHECKOV):
 manifests: venv helm
 	$(BIN)/python deploy/render.py
 
-# Unit tests, the integration tests against a real Kafka and Redis, and a short chaos run.
-test: lint helm checkov
+# The manual's build, unit tests, the integration tests against a real Kafka and Redis, and a short chaos run.
+test: lint docs helm checkov
 	$(BIN)/pytest -m "not slow" -rA tests
 
 test-unit: venv helm checkov
@@ -68,4 +74,4 @@ demo: venv
 	$(BIN)/stream-ndcg demo
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(SITE) .mypy_cache .pytest_cache .ruff_cache

@@ -1,8 +1,8 @@
 """Settings: frozen and validated once, read from flags, `STREAM_NDCG_*` variables or a TOML file.
 
 (Over 350 lines on purpose: every setting is declared here, one field each, so that its flag,
-variable, TOML key, help line and README row have a single home; the parsers of their values
-are in `setting_values`.)
+variable, TOML key, help line and row of the configuration page (docs/configuration.md) have a
+single home; the parsers of their values are in `setting_values`.)
 
 Precedence: flags, then environment variables, then the TOML file (``--config``
 or ``STREAM_NDCG_CONFIG``), then defaults. Every setting has the same name in
@@ -11,7 +11,7 @@ all three: ``--batch-size``, ``STREAM_NDCG_BATCH_SIZE``, ``batch_size = 500``.
 Each setting is declared once, as a field of `Settings` made by `setting()`: its
 default, its parser (which also checks it), its help line, its allowed values and
 whether it is a secret. The flags of `run` and `check-config`, the environment
-variable names, the TOML keys and the README's configuration table are all derived
+variable names, the TOML keys and the table of docs/configuration.md are all derived
 from those fields, so none of them can drift from the others.
 
     settings = Settings.load(flags={"k": "5,10"}, environ=os.environ)
@@ -374,7 +374,7 @@ def help_line(name: str) -> str:
 
 
 def markdown_table() -> str:
-    """The README's configuration table, generated from the declarations."""
+    """The settings table of docs/configuration.md, generated from the declarations."""
     rows = ["| setting | default | meaning |", "|---|---|---|"]
     for name, spec in Settings.specs().items():
         default = shown_default(name)

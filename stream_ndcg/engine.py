@@ -40,9 +40,9 @@ from stream_ndcg.windows import oldest_kept_bucket
 # A document's judgment events older than this many judgment max ages are forgotten (its winner
 # is kept): any of them delivered again is rejected as too old before it could be found a
 # duplicate, so forgetting changes no outcome (unless the max age is later raised more than
-# twofold: README), and a live query's events stop growing. Two, not one: under the wall clock,
-# an instance whose clock is behind the one that forgot them (by less than a max age) still
-# rejects them.
+# twofold: docs/service.md, "Windows and clock"), and a live query's events stop growing. Two,
+# not one: under the wall clock, an instance whose clock is behind the one that forgot them (by
+# less than a max age) still rejects them.
 FORGET_AFTER_MAX_AGES = 2
 
 SegmentKeyFn = Callable[[Segment], str]

@@ -1,6 +1,6 @@
 """The drill-down page in headless Chromium against a running service fed by the simulator (real
 Kafka, real Redis, event clock): what the page shows is what the API answers, and the judging
-queue's download is the API's CSV. Saves the screenshot the README shows (docs/drilldown.png)."""
+queue's download is the API's CSV. Saves the screenshot docs/drilldown.md shows (docs/drilldown.png)."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def test_the_page_shows_what_the_api_answers(service: Service) -> None:
 
 
 def test_screenshot_of_an_investigation(service: Service, tmp_path: Path) -> None:
-    """Variant B over the hour, the query that makes B furthest below A opened: the README's picture."""
+    """Variant B over the hour, the query that makes B furthest below A opened: the drill-down page's picture."""
     status, against = service.api("/api/v1/queries?window=1h&segment.variant=B&vs=variant:A&sort=change_ndcg"
                                   "&min_impressions=5&limit=12", TOKEN)
     assert status == 200 and against["queries"], against

@@ -175,7 +175,7 @@ def test_the_prometheus_rule_passes_promtool_and_follows_the_values(values: str,
     if values == "maximal":
         assert 'k="5", window="6h"' in text and 'window="7d"' in text and "experiment" in text
         assert "max by (pipeline, k, window, experiment, engine, locale)" in text
-        assert "https://wiki.example.com/stream-ndcg/runbooks#streamndcgdown" in text
+        assert "https://docs.example.com/stream-ndcg/runbooks/down/#streamndcgdown" in text
         assert 'up{job="ndcg-web", namespace="search"}' in text
     else:
         assert 'up{job="search-stream-ndcg", namespace="search"}' in text

@@ -68,6 +68,10 @@ labels (instance, pod, node, container, ...) from splitting or doubling sums. */
 {{- .Values.alerts.upSelector | default (printf "job=%q, namespace=%q" (include "stream-ndcg.fullname" .) .Release.Namespace) }}
 {{- end }}
 
+{{/* An alert's runbook on the docs site: <base>/runbooks/<kebab name>/#<name in lower case>,
+     e.g. StreamNdcgConsumerLagHigh: runbooks/consumer-lag-high/#streamndcgconsumerlaghigh
+     (docs/runbooks/consumer-lag-high.md, whose title is the alert's name). */}}
 {{- define "stream-ndcg.runbook" -}}
-{{- printf "%s#%s" .root.Values.alerts.runbookBaseUrl (lower .alert) }}
+{{- $page := trimPrefix "StreamNdcg" .alert | kebabcase }}
+{{- printf "%s/runbooks/%s/#%s" (trimSuffix "/" .root.Values.alerts.runbookBaseUrl) $page (lower .alert) }}
 {{- end }}
