@@ -10,14 +10,13 @@ import sys
 from collections.abc import Sequence
 
 from stream_ndcg import __version__
-from stream_ndcg.config import EPOCH_SECONDS_BELOW_MS, Settings, env_name, flag_name, help_line
+from stream_ndcg.config import EPOCH_SECONDS_BELOW_MS, Settings, add_setting_flags, env_name
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import Limits
-from stream_ndcg.metric import DEFAULT_CUTOFFS, DEFAULT_GAIN, DEFAULT_IDEAL, GAINS, IDEALS, Measure
 from stream_ndcg.offline.files import replay_files
 from stream_ndcg.offline.history import add_history_flags, history_of, settings_of, write_history
 from stream_ndcg.offline.replay import Replay
-from stream_ndcg.setting_values import format_duration, parse_cutoffs
+from stream_ndcg.setting_values import parse_cutoffs
 
 
 def _cutoffs_flag(text: str) -> tuple[int, ...]:
@@ -28,12 +27,12 @@ def _cutoffs_flag(text: str) -> tuple[int, ...]:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    measure = Measure(cutoffs=args.k, gain=args.gain, ideal=args.ideal)
     history = history_of(args)
-    # The service's settings the replay reads: its dedup horizon counted in its buckets, and
-    # the windows of --per-query.
-    settings = settings_of(bucket=args.bucket, windows=args.windows, dedup_horizon=args.dedup_horizon)
-    replay = Replay(measure, Limits(max_results=args.max_results), tap=history.add if history else None,
+    # The service's settings the replay reads: the metric, the longest list, its dedup horizon
+    # counted in its buckets, and the windows of --per-query.
+    settings = settings_of(k=args.k, gain=args.gain, ideal=args.ideal, max_results=args.max_results,
+                           bucket=args.bucket, windows=args.windows, dedup_horizon=args.dedup_horizon)
+    replay = Replay(settings.measure, Limits(max_results=settings.max_results), tap=history.add if history else None,
                     dedup_horizon_ms=settings.dedup_horizon, bucket_ms=settings.bucket)
     per_query = settings if args.per_query else None
     for flag, path in (("--per-impression", args.per_impression), ("--per-query", args.per_query)):
@@ -242,22 +241,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_measure_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--k", type=_cutoffs_flag, default=DEFAULT_CUTOFFS,
-                        help=f"cut-offs, comma-separated (default {','.join(map(str, DEFAULT_CUTOFFS))})")
-    parser.add_argument("--gain", choices=GAINS, default=DEFAULT_GAIN, help=f"gain formula (default {DEFAULT_GAIN})")
-    parser.add_argument("--ideal", choices=IDEALS, default=DEFAULT_IDEAL,
-                        help=f"ideal ordering (default {DEFAULT_IDEAL})")
-    parser.add_argument("--max-results", type=int, default=1000, help="longest accepted list (default 1000)")
-
-
 def _add_setting_flags(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:
-    """One flag per setting, from its declaration; values are checked by `Settings.load`, which
-    names the flag in its message."""
-    specs = Settings.specs()
     group = parser.add_argument_group("settings (flags win over environment variables, which win over --config)")
-    for name in names:
-        group.add_argument(flag_name(name), dest=name, metavar=specs[name].metavar, help=help_line(name))
+    add_setting_flags(group, names)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -267,15 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="compute the metrics from files of events, no servers")
     replay.add_argument("files", nargs="+", metavar="EVENTS.jsonl",
                         help="event files, one JSON object a line; - for stdin")
-    _add_measure_flags(replay)
+    # The service's settings of the same names: the replay computes what the service would.
+    add_setting_flags(replay, ("k", "gain", "ideal", "max_results", "dedup_horizon"), variables=False)
     replay.add_argument("--per-impression", metavar="OUT.jsonl", help="write one line of scores per impression")
     replay.add_argument("--per-query", metavar="OUT.jsonl",
                         help="write the drill-down's figures per window (--windows, --bucket; ending at the newest "
                              "event), query and segment")
-    replay.add_argument("--dedup-horizon", metavar="DURATION",
-                        help="the service's dedup_horizon setting: an impression id seen again once the newest event "
-                             "time is this far past the (bucket of the) newest event time when the id was accepted is "
-                             f"a new impression (default {format_duration(Settings().dedup_horizon)})")
     add_history_flags(replay)
     replay.set_defaults(handler=cmd_replay)
 

@@ -19,9 +19,10 @@ from those fields, so none of them can drift from the others.
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -361,16 +362,28 @@ def shown_default(name: str) -> str:
     return ",".join(str(v).lower() if isinstance(v, bool) else str(v) for v in items)
 
 
-def help_line(name: str) -> str:
-    """The one line of `--help` for a setting: meaning, default, allowed values, variable."""
+def help_line(name: str, *, variable: bool = True) -> str:
+    """The one line of `--help` for a setting: meaning, default, allowed values, and its variable
+    (not for a command that reads flags only)."""
     spec = Settings.specs()[name]
     parts = [spec.help]
     default = shown_default(name)
     parts.append(f"default {default}" if default else "default empty")
     if spec.choices:
         parts.append(f"one of {', '.join(spec.choices)}")
-    parts.append(f"env {env_name(name)}")
+    if variable:
+        parts.append(f"env {env_name(name)}")
     return "; ".join(parts)
+
+
+def add_setting_flags(parser: argparse._ActionsContainer, names: Iterable[str], *, variables: bool = True,
+                      flags: Mapping[str, str] | None = None) -> None:
+    """One flag per setting, from its declaration: its name (or `flags`' other name for it), value
+    and help. Values stay text here: `Settings.load` checks them and names the flag in its message."""
+    specs = Settings.specs()
+    for name in names:
+        parser.add_argument((flags or {}).get(name, flag_name(name)), dest=name, metavar=specs[name].metavar,
+                            help=help_line(name, variable=variables))
 
 
 def markdown_table() -> str:

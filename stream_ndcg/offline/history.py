@@ -39,11 +39,10 @@ from typing import Any, TextIO
 from prometheus_client import CollectorRegistry
 
 from stream_ndcg import wiring
-from stream_ndcg.config import Settings
+from stream_ndcg.config import Settings, add_setting_flags, flag_name
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import Event, InvalidEvent
 from stream_ndcg.exporter import Exporter, WindowView
-from stream_ndcg.setting_values import format_duration
 from stream_ndcg.source.local import LocalRecord
 from stream_ndcg.state.memory import MemoryStore
 from stream_ndcg.vocabulary import MetricName
@@ -191,8 +190,8 @@ class History:
                     self.samples += 1
 
 
-def settings_of(*, k: Sequence[int] | None = None, gain: str | None = None, ideal: str | None = None,
-                max_results: int | None = None, bucket: str | None = None, windows: str | None = None,
+def settings_of(*, k: Sequence[int] | str | None = None, gain: str | None = None, ideal: str | None = None,
+                max_results: int | str | None = None, bucket: str | None = None, windows: str | None = None,
                 segment_labels: str | None = None, pipeline: str | None = None,
                 dedup_horizon: str | None = None) -> Settings:
     """The service's settings for a history, its defaults where a value is None; ConfigError if invalid."""
@@ -202,30 +201,23 @@ def settings_of(*, k: Sequence[int] | None = None, gain: str | None = None, idea
     return Settings.load(flags=flags)
 
 
+# The settings only a history reads (`--pipeline` is the namespace, the pipeline label's value).
 # `--bucket` is not among them: it also sets the buckets of the dedup horizon.
-_HISTORY_FLAGS = ("windows", "segment_labels", "pipeline")
+_HISTORY_FLAGS = ("windows", "segment_labels", "namespace")
+_FLAG_NAMES = {"namespace": "--pipeline"}
 # What `replay --per-query` reads of them.
 _PER_QUERY_FLAGS = ("bucket", "windows")
 
 
 def add_history_flags(parser: argparse.ArgumentParser) -> None:
     """`replay`'s flags for `--openmetrics`: the service's settings the window gauges depend on."""
-    defaults = Settings()
     group = parser.add_argument_group(
         "history for Prometheus",
         "the window gauges the service (clock=event) reported at the end of every bucket, for "
         "`promtool tsdb create-blocks-from openmetrics`; the events must be in arrival order")
     group.add_argument("--openmetrics", metavar="OUT.om", help="write the history to this file in OpenMetrics text")
-    group.add_argument("--bucket", metavar="DURATION",
-                       help=f"the service's bucket setting (default {format_duration(defaults.bucket)}); "
-                            "also the step of --dedup-horizon")
-    group.add_argument("--windows", metavar="DURATIONS",
-                       help="the service's windows setting (default "
-                            f"{','.join(format_duration(w) for w in defaults.windows)})")
-    group.add_argument("--segment-labels", metavar="LABELS",
-                       help=f"the service's segment_labels setting (default {','.join(defaults.segment_labels)})")
-    group.add_argument("--pipeline", metavar="NAME",
-                       help=f"the pipeline label: the service's namespace (default {defaults.key_namespace})")
+    # The service's settings of the same names (`--bucket` is also the step of --dedup-horizon).
+    add_setting_flags(group, ("bucket", *_HISTORY_FLAGS), variables=False, flags=_FLAG_NAMES)
 
 
 def history_of(args: argparse.Namespace) -> History | None:
@@ -235,14 +227,14 @@ def history_of(args: argparse.Namespace) -> History | None:
         given = [name for name in _HISTORY_FLAGS if getattr(args, name) is not None
                  and not (args.per_query and name in _PER_QUERY_FLAGS)]
         if given:
-            raise ConfigError(f"--{given[0].replace('_', '-')} only applies with --openmetrics")
+            raise ConfigError(f"{_FLAG_NAMES.get(given[0], flag_name(given[0]))} only applies with --openmetrics")
         return None
     directory = os.path.dirname(os.path.abspath(args.openmetrics))
     if not os.path.isdir(directory):
         raise ConfigError(f"--openmetrics: directory {directory} does not exist")
     return History(settings_of(k=args.k, gain=args.gain, ideal=args.ideal, max_results=args.max_results,
                                bucket=args.bucket, windows=args.windows, segment_labels=args.segment_labels,
-                               pipeline=args.pipeline, dedup_horizon=args.dedup_horizon))
+                               pipeline=args.namespace, dedup_horizon=args.dedup_horizon))
 
 
 def write_history(history: History, path: str) -> None:
