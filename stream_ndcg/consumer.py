@@ -210,9 +210,8 @@ class StreamProcessor:
         return True
 
     def _cycle(self) -> None:
-        # Not shorter with a commit in flight: kafka-python polled without waiting after a
-        # rebalance stopped fetching (tests/integration/test_lost_records.py stalled). When the
-        # topic is quiet the reply is read up to a linger late, and counted from when it came.
+        # With a commit in flight too (see `source.kafka`'s poll): when the topic is quiet the
+        # reply is read up to a linger late, and counted from when it came.
         polled = self.source.poll(self.options.linger_ms, self.options.batch_size)
         self._finish_commit()
         self._follow_assignment()

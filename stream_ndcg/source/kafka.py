@@ -115,6 +115,9 @@ class KafkaSource:
         self._next_stall_check = time.monotonic() + self.STALL_CHECK_S
 
     def poll(self, timeout_ms: int, max_records: int) -> dict[Partition, list[Record]]:
+        """Records, as the `Source` promises. Never poll with `timeout_ms=0` to make room for other
+        work: kafka-python 3.0.12 polled without waiting right after a rebalance stopped fetching
+        (tests/integration/test_lost_records.py stalled), so the loop always waits its linger."""
         if time.monotonic() > self._next_stall_check:
             self._check_stalled()
         try:
