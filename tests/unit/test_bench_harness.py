@@ -3,12 +3,13 @@ written by hand under it survives the rewrite; the percentiles the benches repor
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from bench.harness.figures import percentile, timings
-from bench.harness.results import ANALYSIS, PREAMBLE, Section, sections, write_section
+from bench.harness.results import ANALYSIS, PREAMBLE, RESULTS, Section, sections, write_section
 
 BEFORE = f"""# Benchmark results
 
@@ -114,6 +115,16 @@ def test_a_heading_found_twice_is_refused(tmp_path: Path) -> None:
     path.write_text(BEFORE + "\n## Service\n\nagain\n")
     with pytest.raises(ValueError, match="2 sections"):
         write_section(path, "## Service\n\nfigures\n")
+
+
+def test_every_section_of_the_results_file_carries_an_analysis_and_no_diary() -> None:
+    found = sections(RESULTS.read_text())
+    assert found, "no sections in bench/RESULTS.md"
+    for section in found:
+        assert section.analysis is not None and section.analysis.strip() != ANALYSIS, section.heading
+        # What the figures say now; when and in which run belongs to git.
+        assert not re.search(r"\bsession \d|\d{4}-\d\d-\d\d|\d\d:\d\d UTC", section.analysis, re.IGNORECASE), \
+            section.heading
 
 
 def test_percentiles_are_nearest_rank() -> None:
