@@ -17,38 +17,26 @@ Prints one JSON line last and rewrites the drill-down section of bench/RESULTS.m
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
-import statistics
 import sys
-import tempfile
 import threading
 import time
-import zlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.request import urlopen
 
 import redis
 
-from bench.replay_bench import write_section
-from bench.service_bench import memory_by_kind
+from bench.harness.figures import memory_by_kind, timings
+from bench.harness.pipeline import Writer
+from bench.harness.results import argument_parser, command, publish, stamp
+from bench.harness.servers import redis_server
 from stream_ndcg.config import Settings
-from stream_ndcg.devtools.redis_servers import RedisServer
 from stream_ndcg.devtools.servers import free_port
 from stream_ndcg.drilldown.api import Api
-from stream_ndcg.drilldown.explorer import Explorer
-from stream_ndcg.engine import Engine
-from stream_ndcg.events import parse_event
-from stream_ndcg.exporter import WindowView
-from stream_ndcg.pipeline import BatchPipeline, RecordChecks
-from stream_ndcg.service import collect_garbage_for_batches
-from stream_ndcg.state.redis import RedisStore
+from stream_ndcg.service import collect_garbage_for_batches, explorer
 
-PARTITIONS = 4
-BATCH = 500
 START_MS = 1_763_683_200_000
 HOUR_MS = 3_600_000
 SETTINGS = dict(k="5,10", windows="5m,1h", grace="1h", clock="event", segment_labels="variant")
@@ -72,42 +60,15 @@ def events(queries: int, seed: int, start_ms: int, span_ms: int, extra_share: fl
                               "grade": rng.randint(0, 3), "ts": ts + 1}).encode()
 
 
-def settings_of(drilldown: bool = True) -> Settings:
-    return Settings.load(flags={**SETTINGS, "drilldown": drilldown})
-
-
-class Writer:
-    """The service's batch pipeline over Redis, without Kafka: partitions by query, offsets counted."""
-
-    def __init__(self, url: str, namespace: str, settings: Settings) -> None:
-        self.store = RedisStore(redis.Redis.from_url(url), namespace=namespace, bucket_ms=settings.bucket,
-                                horizon_ms=settings.horizon, state_ttl_ms=settings.judgment_ttl,
-                                dedup_horizon_ms=settings.dedup_horizon, wall_clock=False)
-        engine = Engine(settings.measure, settings.bucket, horizon_ms=settings.horizon,
-                        judgment_max_age_ms=settings.judgment_ttl, dedup_horizon_ms=settings.dedup_horizon,
-                        drilldown=settings.drilldown)
-        self.pipeline = BatchPipeline(self.store, engine, RecordChecks(), event_clock=True)
-        self.epochs = {p: self.store.claim(f"events:{p}") for p in range(PARTITIONS)}
-        self.offsets = dict.fromkeys(range(PARTITIONS), 0)
-
-    def write(self, messages: list[bytes]) -> None:
-        by_partition: dict[int, list[bytes]] = {}
-        for message in messages:
-            query = json.loads(message)["query_id"]
-            by_partition.setdefault(zlib.crc32(query.encode()) % PARTITIONS, []).append(message)
-        for partition, part in by_partition.items():
-            expected = self.offsets[partition] or None
-            self.offsets[partition] += len(part)
-            self.pipeline.apply(f"events:{partition}", self.epochs[partition], [parse_event(m) for m in part],
-                                self.offsets[partition], expected, None)
+def settings_of(url: str, namespace: str, drilldown: bool = True) -> Settings:
+    return Settings.load(flags={**SETTINGS, "drilldown": drilldown, "redis_url": url, "namespace": namespace})
 
 
 def feed(url: str, namespace: str, messages: list[bytes], drilldown: bool) -> float:
     """Events per second through the pipeline."""
-    writer = Writer(url, namespace, settings_of(drilldown))
+    writer = Writer(settings_of(url, namespace, drilldown))
     started = time.perf_counter()
-    for start in range(0, len(messages), BATCH):
-        writer.write(messages[start:start + BATCH])
+    writer.write_all(messages)
     return len(messages) / (time.perf_counter() - started)
 
 
@@ -120,19 +81,16 @@ def timed_get(url: str) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argument_parser(__doc__, quick=True)
     parser.add_argument("--queries", type=int, default=100_000)
     parser.add_argument("--requests", type=int, default=60)
-    parser.add_argument("--quick", action="store_true", help="small sizes, to check that the bench runs")
-    parser.add_argument("--results", type=Path, default=Path(__file__).with_name("RESULTS.md"))
     args = parser.parse_args()
     if args.quick:
         args.queries, args.requests = 5_000, 10
     result: dict[str, Any] = {"bench": "api"}
     # The writer below is the service's batch pipeline, and the service runs it with this collector.
     collect_garbage_for_batches()
-    with tempfile.TemporaryDirectory(prefix="stream-ndcg-api-bench-") as root, \
-            RedisServer.start(Path(root, "redis")) as server:
+    with redis_server("api") as server:
         client = redis.Redis.from_url(server.url)
         sample = list(events(args.queries // 4, seed=2, start_ms=START_MS, span_ms=HOUR_MS))
         rates: dict[bool, list[float]] = {True: [], False: []}
@@ -147,13 +105,12 @@ def main() -> int:
         client.flushall()
 
         # Two hours, so that the previous hour is there to compare with.
-        settings = settings_of()
-        writer = Writer(server.url, "api", settings)
+        settings = settings_of(server.url, "api")
+        writer = Writer(settings)
         history = list(events(args.queries, seed=3, start_ms=START_MS - HOUR_MS, span_ms=HOUR_MS))
         current = list(events(args.queries, seed=4, start_ms=START_MS, span_ms=HOUR_MS - 60_000))
         impressions = sum(1 for m in history + current if b'"impression"' in m)
-        for start in range(0, len(history + current), BATCH):
-            writer.write((history + current)[start:start + BATCH])
+        writer.write_all(history + current)
         memory = memory_by_kind(client, "api")
         result["memory"] = {"impressions": impressions,
                             "bytes_per_impression": {kind: round(used / impressions, 1)
@@ -163,9 +120,8 @@ def main() -> int:
                                 (memory.get("rows", 0) + memory.get("rowlog", 0)) / impressions, 1)}
         print(json.dumps(result["memory"]), file=sys.stderr)
 
-        api = Api(Explorer(RedisStore(redis.Redis.from_url(server.url), namespace="api", bucket_ms=settings.bucket,
-                                      horizon_ms=settings.horizon, state_ttl_ms=settings.judgment_ttl),
-                           WindowView.from_settings(settings), settings.measure, settings.horizon))
+        # The drill-down's reader as `stream-ndcg run` builds it, on a store of its own.
+        api = Api(explorer(settings))
         port = api.serve("127.0.0.1", free_port())
         base = f"http://127.0.0.1:{port}/api/v1"
         requests = {"worst_queries": f"{base}/queries?window=1h&k=10&sort=ndcg&order=asc&limit=50",
@@ -189,9 +145,8 @@ def main() -> int:
             # The first of each kind builds its window's sums (or reads the queue's head states):
             # reported apart, as the cost of a page's first view.
             first_of_kind = timed_get(url)
-            times = sorted(timed_get(url) for _ in range(args.requests))
-            answers[name] = {"first_s": round(first_of_kind, 3), "p50_s": round(statistics.median(times), 3),
-                             "p99_s": round(times[min(len(times) - 1, int(len(times) * 0.99))], 3),
+            times = [timed_get(url) for _ in range(args.requests)]
+            answers[name] = {"first_s": round(first_of_kind, 3), **timings(times, unit="s", digits=3),
                              "requests": len(times), "target": "p99 < 1 s"}
             print(json.dumps({name: answers[name]}), file=sys.stderr)
         stop.set()
@@ -199,19 +154,17 @@ def main() -> int:
         api.close()
         result["answers"] = answers
         client.close()
-    write_section(args.results, "## Drill-down API", section(result, " ".join(sys.argv[1:])))
-    print(json.dumps(result))
-    return 0
+    return publish(args.results, section(result), result)
 
 
-def section(result: dict[str, Any], flags: str) -> str:
+def section(result: dict[str, Any]) -> str:
     upkeep, memory, answers = result["upkeep"], result["memory"], result["answers"]
     rows = "\n".join(f"| {name} | {a['first_s']} s | {a['p50_s']} s | {a['p99_s']} s | {a['requests']} | p99 < 1 s |"
                      for name, a in answers.items() if isinstance(a, dict))
     kinds = ", ".join(f"{kind} {value}" for kind, value in memory["bytes_per_impression"].items())
     return f"""## Drill-down API
 
-`python -m bench.api_bench {flags}`, {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, redis-server on
+`{command(__file__)}`, {stamp()}, redis-server on
 loopback, the service's batch pipeline in process (no Kafka).
 
 - Upkeep: {upkeep['with_drilldown_events_per_s']:,} events/s with the drill-down rows kept,

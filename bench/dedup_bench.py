@@ -3,38 +3,33 @@ whole retention horizon, in the same run.
 
     python -m bench.dedup_bench [--events 200000] [--hours 4]
 
-The service's batch pipeline (`api_bench.Writer`: parse, load, engine, commit to a real local
-redis-server) reads the Zipf workload of the service bench spread over --hours of event time,
-with the default windows (the longest 1 day, so every impression is held) and the event clock,
-once with the default `dedup_horizon` and once with it set to the horizon (what every release
-before it remembered). Reported: MEMORY USAGE of the impression-id set and of all keys, per
-impression held. Rewrites the "Impression ids" section of bench/RESULTS.md.
+The service's batch pipeline (`harness.pipeline.Writer`: parse, load, engine, commit to a real
+local redis-server) reads the Zipf workload of the service bench spread over --hours of event
+time, with the default windows (the longest 1 day, so every impression is held) and the event
+clock, once with the default `dedup_horizon` and once with it set to the horizon (what every
+release before it remembered). Reported: MEMORY USAGE of the impression-id set and of all keys,
+per impression held. Rewrites the "Impression ids" section of bench/RESULTS.md.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import redis
 
-from bench.api_bench import BATCH, Writer
-from bench.replay_bench import write_section
-from bench.service_bench import memory_by_kind, workload
+from bench.harness.figures import memory_by_kind
+from bench.harness.pipeline import Writer
+from bench.harness.results import argument_parser, publish
+from bench.harness.servers import redis_server
+from bench.harness.workloads import workload
 from stream_ndcg.config import Settings
-from stream_ndcg.devtools.redis_servers import RedisServer
 from stream_ndcg.setting_values import format_duration
 
 
-def held_bytes(url: str, namespace: str, messages: list[bytes], settings: Settings) -> dict[str, Any]:
-    writer = Writer(url, namespace, settings)
-    for start in range(0, len(messages), BATCH):
-        writer.write(messages[start:start + BATCH])
-    kinds = memory_by_kind(redis.Redis.from_url(url), namespace)
+def held_bytes(messages: list[bytes], settings: Settings) -> dict[str, Any]:
+    Writer(settings).write_all(messages)
+    kinds = memory_by_kind(redis.Redis.from_url(settings.redis_url), settings.key_namespace)
     impressions = sum(1 for m in messages if b'"impression"' in m)
     label = format_duration(settings.dedup_horizon)
     label += " (the horizon)" if settings.dedup_horizon == settings.horizon else ""
@@ -44,19 +39,18 @@ def held_bytes(url: str, namespace: str, messages: list[bytes], settings: Settin
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argument_parser(__doc__)
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--hours", type=float, default=4.0)
-    parser.add_argument("--results", type=Path, default=Path(__file__).with_name("RESULTS.md"))
     args = parser.parse_args()
     rate = args.events / (args.hours * 3_600)
     messages = [value for _, value in workload(args.events, seed=11, judged_share=0.03, rate=rate)]
-    flags = {"clock": "event"}
-    configurations = [Settings.load(flags=flags)]
-    configurations.append(Settings.load(flags={**flags, "dedup_horizon": str(configurations[0].horizon)}))
-    with tempfile.TemporaryDirectory(prefix="stream-ndcg-dedup-bench-") as root, \
-            RedisServer.start(Path(root, "redis")) as server:
-        runs = [held_bytes(server.url, f"dedup{n}", messages, settings) for n, settings in enumerate(configurations)]
+    with redis_server("dedup") as server:
+        flags = {"clock": "event", "redis_url": server.url}
+        default = Settings.load(flags={**flags, "namespace": "dedup0"})
+        configurations = [default, Settings.load(flags={**flags, "namespace": "dedup1",
+                                                        "dedup_horizon": str(default.horizon)})]
+        runs = [held_bytes(messages, settings) for settings in configurations]
     now, before = runs
     result = {"bench": "dedup", "events": args.events, "hours": args.hours, "runs": runs,
               "imp_ratio": round(now["imp_bytes_per_impression"] / before["imp_bytes_per_impression"], 3)}
@@ -71,9 +65,7 @@ def main() -> int:
         "|---|---:|---:|---:|", *rows, "",
         f"Impression ids now / before: **{result['imp_ratio']}**. At steady state with a 1-day window the ids "
         "are a dedup horizon's worth (1h of 24), whatever the traffic.", ""])
-    write_section(args.results, "## Impression ids", section)
-    print(json.dumps(result))
-    return 0
+    return publish(args.results, section, result)
 
 
 if __name__ == "__main__":

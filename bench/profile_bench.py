@@ -10,24 +10,21 @@ own to the Profile section of RESULTS.md, and the raw stacks next to it (`--raw`
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 
 import redis
 
-from bench.replay_bench import write_section
-from bench.service_bench import ServiceProcess, counted, create_topic, workload
+from bench.harness.results import argument_parser, command, publish, stamp
+from bench.harness.servers import kafka_and_redis
+from bench.harness.service_process import ServiceProcess, counted
+from bench.harness.workloads import create_topic, workload
 from stream_ndcg.devtools.producer import produce
-from stream_ndcg.devtools.redis_servers import RedisServer
-from stream_ndcg.devtools.servers import KafkaBroker
 
 # A sample belongs to the first step whose frame its stack holds (the steps do not nest).
 STEPS = (
@@ -61,15 +58,14 @@ def profile(raw_stacks: str) -> tuple[int, Counter[str], Counter[str]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argument_parser(__doc__)
     parser.add_argument("--events", type=int, default=500_000)
     parser.add_argument("--seconds", type=int, default=30)
-    parser.add_argument("--results", type=Path, default=Path(__file__).with_name("RESULTS.md"))
     parser.add_argument("--raw", type=Path, default=None, help="keep py-spy's raw stacks in this file")
     args = parser.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    with tempfile.TemporaryDirectory(prefix="stream-ndcg-profile-") as root, \
-            KafkaBroker.start(Path(root, "kafka")) as kafka, RedisServer.start(Path(root, "redis")) as server:
+    with kafka_and_redis("profile") as (kafka, server), \
+            tempfile.TemporaryDirectory(prefix="stream-ndcg-profile-stacks-") as root:
         topic = create_topic(kafka.bootstrap, "profile")
         messages = workload(args.events, seed=1)
         produce(kafka.bootstrap, topic, messages)
@@ -93,11 +89,10 @@ def main() -> int:
         if args.raw:
             args.raw.write_text(text)
     total, steps, functions = profile(text)
-    command = "python -m bench.profile_bench " + " ".join(sys.argv[1:])
     lines = [
         "## Profile",
         "",
-        f"`{command.strip()}`, {datetime.now(UTC):%Y-%m-%d %H:%M UTC}: `py-spy record --rate 100 --format raw "
+        f"`{command(__file__)}`, {stamp()}: `py-spy record --rate 100 --format raw "
         f"--nonblocking` on `stream-ndcg run` for {args.seconds} s of a catch-up of {args.events:,} events (the "
         f"service bench's workload), from its first commit; {total:,} busy samples (idle ones are not taken).",
         "",
@@ -112,10 +107,9 @@ def main() -> int:
         *[f"| `{name}` | {100 * count / total:.1f}% |" for name, count in functions.most_common(TOP_FUNCTIONS)],
         "",
     ]
-    write_section(args.results, "## Profile", "\n".join(lines))
-    print(json.dumps({"bench": "profile", "samples": total,
-                      "steps": {name: round(count / total, 3) for name, count in steps.most_common()}}))
-    return 0
+    return publish(args.results, "\n".join(lines), {
+        "bench": "profile", "samples": total,
+        "steps": {name: round(count / total, 3) for name, count in steps.most_common()}})
 
 
 if __name__ == "__main__":

@@ -7,18 +7,15 @@ Prints one JSON line last; rewrites the replay section of RESULTS.md.
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import platform
 import statistics
 import sys
 import time
-from datetime import UTC, datetime
-from pathlib import Path
 
 import pytrec_eval
 
+from bench.harness.results import argument_parser, command, publish, stamp
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.events import Impression, InvalidEvent, parse_event
 from stream_ndcg.metric import Measure
@@ -67,10 +64,9 @@ def timed_trec(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argument_parser(__doc__)
     parser.add_argument("--events", type=int, default=300_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--results", type=Path, default=Path(__file__).with_name("RESULTS.md"))
     args = parser.parse_args()
     spec = SimulationSpec(events=args.events, seed=99, queries=5_000, rate=500.0, max_delay_ms=600_000)
     messages = [value for _, value in Simulator(spec).messages()]
@@ -96,13 +92,12 @@ def main() -> int:
         "replay_time_over_pytrec_eval_time": round(replay_s / trec_s, 2),
         "target": f"<= {TARGET_RATIO:g}",
     }
-    command = "python -m bench.replay_bench " + " ".join(sys.argv[1:])
     section = "\n".join([
         "## Replay throughput",
         "",
-        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M UTC}; machine: {platform.machine()}, "
+        f"- date: {stamp()}; machine: {platform.machine()}, "
         f"{platform.python_implementation()} {platform.python_version()}, 2 cores (shared)",
-        f"- command: `{command.strip()}` (median of {args.rounds} rounds, both measured in the same run)",
+        f"- command: `{command(__file__)}` (median of {args.rounds} rounds, both measured in the same run)",
         "- replay: parse every JSON line under the contract, keep revisions, score every impression at k=5,10 "
         "(linear gain, pool ideal), summarise",
         "- pytrec_eval: only `RelevanceEvaluator(qrels, {'ndcg_cut.5,10'}).evaluate(run)` on prebuilt dicts of the "
@@ -119,21 +114,7 @@ def main() -> int:
         "ratio = replay time / pytrec_eval time for the same impressions (lower is better).",
         "",
     ])
-    write_section(args.results, "## Replay throughput", section)
-    print(json.dumps(result))
-    return 0
-
-
-def write_section(path: Path, heading: str, section: str) -> None:
-    fresh = "# Benchmark results\n\nEach section is rewritten by its benchmark.\n\n"
-    text = path.read_text() if path.exists() else fresh
-    start = text.find(heading)
-    if start == -1:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find("\n## ", start + len(heading))
-        text = text[:start] + section + (text[end + 1:] if end != -1 else "")
-    path.write_text(text)
+    return publish(args.results, section, result)
 
 
 if __name__ == "__main__":

@@ -22,25 +22,24 @@ Prints one JSON line last and rewrites the "## Scrapes" section of bench/RESULTS
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import random
 import statistics
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-import redis
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
-from bench.replay_bench import write_section
+from bench.harness.figures import timings
+from bench.harness.results import argument_parser, command, publish, stamp
+from bench.harness.servers import redis_server
+from bench.harness.service_process import resident_bytes
+from stream_ndcg import wiring
 from stream_ndcg.config import Settings
-from stream_ndcg.devtools.redis_servers import RedisServer
 from stream_ndcg.engine import BatchOutcome
 from stream_ndcg.exporter import Exporter, WindowView
 from stream_ndcg.state.base import Commit
@@ -55,14 +54,14 @@ ROUND_S = 0.05
 BUCKET_ROUNDS = 20
 
 
-def settings() -> Settings:
-    return Settings.load(flags=SETTINGS)
-
-
 def store_of(url: str, namespace: str) -> RedisStore:
-    config = settings()
-    return RedisStore(redis.Redis.from_url(url), namespace=namespace, bucket_ms=config.bucket,
-                      horizon_ms=config.horizon, state_ttl_ms=config.judgment_ttl, wall_clock=False)
+    return wiring.redis_store(Settings.load(flags={**SETTINGS, "redis_url": url, "namespace": namespace}))
+
+
+def window_view() -> WindowView:
+    """The exporter's view of the state; its `pipeline` label is the default group id's, as it
+    has always been in this bench (the label's length is part of a scrape's text)."""
+    return WindowView.from_settings(Settings.load(flags=SETTINGS))
 
 
 def sums_of(buckets: list[int], variants: int, rng: random.Random) -> dict[tuple[int, str, str], float]:
@@ -100,7 +99,7 @@ class Writer:
 
 def exporter_of(url: str, namespace: str) -> tuple[Exporter, RedisStore]:
     store = store_of(url, namespace)
-    return Exporter(CollectorRegistry(), store, WindowView.from_settings(settings())), store
+    return Exporter(CollectorRegistry(), store, window_view()), store
 
 
 def timed_scrape(exporter: Exporter) -> float:
@@ -127,10 +126,7 @@ def full_read_scrape(store: RedisStore, view: WindowView) -> tuple[float, int]:
 
 
 def percentiles(times: list[float]) -> dict[str, float]:
-    ordered = sorted(times)
-    return {"p50_ms": round(1000 * statistics.median(ordered), 1),
-            "p99_ms": round(1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 1),
-            "max_ms": round(1000 * ordered[-1], 1), "scrapes": len(ordered)}
+    return {**timings(times), "max_ms": round(1000 * max(times), 1), "scrapes": len(times)}
 
 
 def timed_warm_up(exporter: Exporter) -> float:
@@ -139,18 +135,10 @@ def timed_warm_up(exporter: Exporter) -> float:
     return time.perf_counter() - started
 
 
-def resident_kib() -> int:
-    """The process's resident set now (VmRSS, Linux)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmRSS in /proc/self/status")
-
-
 def replica(url: str, namespace: str, scrapes: int, interval_s: float, out: Any) -> None:
     """One replica's exporter in a process of its own: its warm-up, then `scrapes` scrapes."""
     exporter, _ = exporter_of(url, namespace)
-    before = resident_kib()
+    before = resident_bytes()
     warm_up = timed_warm_up(exporter)
     times = []
     for _ in range(scrapes):
@@ -158,29 +146,26 @@ def replica(url: str, namespace: str, scrapes: int, interval_s: float, out: Any)
         times.append(timed_scrape(exporter))
     # What the exporter holds: the resident set grown from before its warm-up to after its scrapes.
     out.put({"warm_up_ms": round(1000 * warm_up, 1), **percentiles(times),
-             "rss_grown_mib": round((resident_kib() - before) / 1024, 1)})
+             "rss_grown_mib": round((resident_bytes() - before) / 2**20, 1)})
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argument_parser(__doc__, quick=True)
     parser.add_argument("--partitions", type=int, default=64)
     parser.add_argument("--buckets", type=int, default=1440)
     parser.add_argument("--variants", type=int, default=5)
     parser.add_argument("--scrapes", type=int, default=200)
     parser.add_argument("--replicas", type=int, default=4)
-    parser.add_argument("--quick", action="store_true", help="small sizes, to check that the bench runs")
-    parser.add_argument("--results", type=Path, default=Path(__file__).with_name("RESULTS.md"))
     args = parser.parse_args()
     if args.quick:
         args.partitions, args.buckets, args.scrapes = 8, 120, 20
     rng = random.Random(11)  # noqa: S311 - a workload, not a secret
-    view = WindowView.from_settings(settings())
+    view = window_view()
     bucket_ms = view.bucket_ms
     first_bucket = START_MS // bucket_ms
     result: dict[str, Any] = {"bench": "scrape", "partitions": args.partitions, "buckets": args.buckets,
                               "variants": args.variants, "windows": "5m,1h,1d", "k": "5,10"}
-    with tempfile.TemporaryDirectory(prefix="stream-ndcg-scrape-bench-") as root, \
-            RedisServer.start(Path(root, "redis")) as server:
+    with redis_server("scrape") as server:
         writer = Writer(server.url, "scrape", args.partitions)
         clock = [(first_bucket + args.buckets) * bucket_ms - 1]
         started = time.perf_counter()
@@ -250,12 +235,10 @@ def main() -> int:
         print(json.dumps(result["replicas"]), file=sys.stderr)
         store.client.close()
         baseline_store.client.close()
-    write_section(args.results, "## Scrapes", section(result, " ".join(sys.argv[1:])))
-    print(json.dumps(result))
-    return 0
+    return publish(args.results, section(result), result)
 
 
-def section(result: dict[str, Any], flags: str) -> str:
+def section(result: dict[str, Any]) -> str:
     one, replicas = result["one_exporter"], result["replicas"]
     full, read = one["full_read"], one["values_read_per_scrape"]
     each = ", ".join(f"{r['p99_ms']} ms" for r in replicas["each"])
@@ -263,7 +246,7 @@ def section(result: dict[str, Any], flags: str) -> str:
     grown = ", ".join(f"{r['rss_grown_mib']} MiB" for r in replicas["each"])
     return f"""## Scrapes
 
-`python -m bench.scrape_bench {flags}`, {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, redis-server on
+`{command(__file__)}`, {stamp()}, redis-server on
 loopback: {result['partitions']} partitions, {result['buckets']} buckets of 1 minute (windows
 {result['windows']}), {result['variants']} variants, k={result['k']}; a writer committing live meanwhile
 (the clock crossing a bucket every {BUCKET_ROUNDS * ROUND_S:g} s, a fifth of the commits also changing an old bucket).

@@ -17,300 +17,42 @@ Prints one JSON line last and rewrites the service section of bench/RESULTS.md.
 
 from __future__ import annotations
 
-import argparse
-import gc
 import itertools
 import json
-import math
 import os
 import platform
+import random
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-import zlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, NamedTuple, cast
+from collections.abc import Mapping
+from typing import Any
 from urllib.request import urlopen
 
 import redis
-from kafka import KafkaAdminClient, KafkaConsumer
-from kafka.admin import NewTopic
+from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.replay_bench import write_section
-from stream_ndcg.config import Settings
+from bench.harness.figures import memory_by_kind, timings
+from bench.harness.pipeline import cost_breakdown
+from bench.harness.results import argument_parser, command, publish, stamp
+from bench.harness.servers import kafka_and_redis, redis_version
+from bench.harness.service_process import CatchUp, ServiceProcess, service_rate
+from bench.harness.workloads import BATCH, bare_consumer_rate, create_topic, workload
 from stream_ndcg.devtools.producer import produce
-from stream_ndcg.devtools.redis_servers import RedisServer
-from stream_ndcg.devtools.servers import KafkaBroker, free_port
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
 from stream_ndcg.events import parse_event
 from stream_ndcg.metric import Measure
-from stream_ndcg.pipeline import BatchPipeline, PartitionBatch
-from stream_ndcg.service import build, collect_garbage_for_batches
-from stream_ndcg.state.base import Commit
+from stream_ndcg.pipeline import BatchPipeline
 from stream_ndcg.state.redis import RedisStore
 from stream_ndcg.vocabulary import MetricName
 
-BATCH = 500
-PARTITIONS = 4
-DEFAULT_GC_THRESHOLD = gc.get_threshold()
 # The batch size the latency phase's load leaves the service (its batch_events histogram), and
 # how many messages the cost of such batches is measured on.
 SMALL_BATCH = 100
 SMALL_BATCH_EVENTS = 100_000
-
-
-def create_topic(bootstrap: str, name: str) -> str:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(name, PARTITIONS, 1)])
-    admin.close()
-    return name
-
-
-def workload(events: int, seed: int, judged_share: float = 1 / 3, start_ms: int | None = None,
-             rate: float = 2_000.0) -> list[tuple[bytes, bytes]]:
-    """Zipf queries, 10-result lists, two variants, late judgments for about a third of the shown documents."""
-    spec = SimulationSpec(events=events, seed=seed, queries=20_000, list_length=10, judged_share=judged_share,
-                          rate=rate, max_delay_ms=1_800_000,
-                          start_ms=start_ms if start_ms is not None else SimulationSpec.start_ms)
-    return list(Simulator(spec).messages())
-
-
-def bare_consumer_rate(bootstrap: str, topic: str, total: int) -> float:
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"bare-{topic}", enable_auto_commit=False,
-                             auto_offset_reset="earliest", max_poll_records=BATCH)
-    seen, first = 0, 0.0
-    try:
-        while seen < total:
-            for records in consumer.poll(timeout_ms=100, max_records=BATCH).values():
-                if not first:
-                    first = time.perf_counter()
-                for record in records:
-                    json.loads(record.value)
-                seen += len(records)
-        return (seen - 0) / (time.perf_counter() - first)
-    finally:
-        consumer.close()
-
-
-class ServiceProcess:
-    def __init__(self, bootstrap: str, redis_url: str, topic: str, namespace: str, **settings: str) -> None:
-        self.port = free_port()
-        env = dict(os.environ, STREAM_NDCG_BOOTSTRAP_SERVERS=bootstrap, STREAM_NDCG_REDIS_URL=redis_url,
-                   STREAM_NDCG_TOPICS=topic, STREAM_NDCG_GROUP_ID=f"svc-{namespace}",
-                   STREAM_NDCG_NAMESPACE=namespace, STREAM_NDCG_METRICS_PORT=str(self.port),
-                   STREAM_NDCG_API_PORT=str(free_port()),
-                   STREAM_NDCG_BATCH_SIZE=str(BATCH), STREAM_NDCG_LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "INFO"),
-                   **{f"STREAM_NDCG_{k.upper()}": v for k, v in settings.items()})
-        self.log = Path(tempfile.gettempdir()) / f"stream-ndcg-bench-{namespace}.log"
-        with open(self.log, "wb") as log:
-            self.process = subprocess.Popen([sys.executable, "-m", "stream_ndcg.cli", "run"], env=env,
-                                            stdout=log, stderr=subprocess.STDOUT)
-        self.peak_rss = 0
-
-    def await_ready(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2).status == 200:  # noqa: S310
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"the service was not ready after {timeout:.0f} s")
-
-    def sample_rss(self) -> None:
-        peak = process_memory(self.process.pid, "VmHWM")
-        if peak is not None:
-            self.peak_rss = peak
-
-    def stop(self) -> None:
-        self.sample_rss()
-        self.process.terminate()
-        self.process.wait(timeout=60)
-
-
-def counted(client: redis.Redis, namespace: str) -> int:
-    """Messages the service has taken in, as its store says."""
-    store = RedisStore(client, namespace=namespace, bucket_ms=60_000, horizon_ms=60_000, state_ttl_ms=60_000)
-    return sum(store.counts().values())
-
-
-def process_memory(pid: int, field: str) -> int | None:
-    """A memory figure of /proc/<pid>/status in bytes (VmRSS now, VmHWM the peak); None if the
-    process has none (it has exited)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) * 1024
-    return None
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time a process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@dataclass(frozen=True)
-class CatchUp:
-    events_per_s: float
-    # The first service's.
-    peak_rss: int
-    # Cores each kind of process kept busy meanwhile, on average ("service" sums the instances).
-    cores: dict[str, float]
-
-
-def service_rate(bootstrap: str, redis_url: str, topic: str, total: int, namespace: str, instances: int = 1,
-                 servers: Mapping[str, int | None] | None = None, **settings: str) -> CatchUp:
-    """`instances` services of one group catching the topic up: their events/s, the peak RSS of
-    the first, and the cores they and the `servers` (name -> pid: Kafka, Redis) used meanwhile."""
-    client = redis.Redis.from_url(redis_url)
-    services = [ServiceProcess(bootstrap, redis_url, topic, namespace, clock="event", **settings)
-                for _ in range(instances)]
-    pids = {name: pid for name, pid in (servers or {}).items() if pid is not None}
-
-    def cpu() -> dict[str, float]:
-        used = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        used["service"] = sum(cpu_seconds(service.process.pid) for service in services)
-        return used
-
-    first_at, first_count, first_cpu = 0.0, 0, {}
-    try:
-        while True:
-            done = counted(client, namespace)
-            now = time.perf_counter()
-            if done and not first_at:
-                first_at, first_count, first_cpu = now, done, cpu()
-            if done >= total:
-                cores = {name: round((seconds - first_cpu[name]) / (now - first_at), 2)
-                         for name, seconds in cpu().items()}
-                return CatchUp((done - first_count) / (now - first_at), services[0].peak_rss, cores)
-            services[0].sample_rss()
-            time.sleep(0.05)
-    finally:
-        for service in services:
-            service.stop()
-        client.close()
-
-
-class BenchRecord(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes
-
-
-def cost_breakdown(redis_url: str, messages: list[tuple[bytes, bytes]], namespace: str,
-                   batch: int = BATCH, *, live: bool = False) -> dict[str, float]:
-    """Microseconds per event of each step of the service's batch pipeline, run in this process
-    over the same messages (keyed over PARTITIONS partitions) with the service's own wiring and
-    settings: parse (the contract's checks), load (decoding), engine, commit (building the
-    payload, then the rest), each with its Redis round trips apart. The batches are a catch-up's,
-    `batch` records of one partition each, or with `live` the messages `batch` at a time as they
-    arrive, spread over the partitions."""
-    settings = Settings.load(environ={"STREAM_NDCG_REDIS_URL": redis_url, "STREAM_NDCG_NAMESPACE": namespace,
-                                      "STREAM_NDCG_CLOCK": "event", "STREAM_NDCG_BATCH_SIZE": str(BATCH)})
-    spent = dict.fromkeys(("parse", "parse_redis", "load", "load_redis", "engine", "payload", "commit",
-                           "commit_redis"), 0.0)
-    round_trips = [0.0]
-    # `stream-ndcg run`'s pipeline as it is built (its Kafka consumer is never opened).
-    pipeline = build(settings)[0].pipeline
-    store, engine = cast(RedisStore, pipeline.store), pipeline.engine
-    observe = store._observe
-
-    def observe_round_trip(seconds: float) -> None:
-        round_trips[0] += seconds
-        observe(seconds)
-
-    store._observe = observe_round_trip
-
-    def timed(step: str, function: Callable[..., Any], redis_step: str | None = None) -> Callable[..., Any]:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            started, redis_before, payload_before = time.perf_counter(), round_trips[0], spent["payload"]
-            try:
-                return function(*args, **kwargs)
-            finally:
-                redis_spent = round_trips[0] - redis_before
-                spent[step] += time.perf_counter() - started - redis_spent - (spent["payload"] - payload_before)
-                if redis_step:
-                    spent[redis_step] += redis_spent
-        return call
-
-    # A new segment value is admitted in Redis while its record is parsed.
-    pipeline.parse = timed("parse", pipeline.parse, "parse_redis")  # type: ignore[method-assign]
-    store.load = timed("load", store.load, "load_redis")  # type: ignore[method-assign]
-    engine.apply = timed("engine", engine.apply)  # type: ignore[method-assign]
-    store.commit = timed("commit", store.commit, "commit_redis")  # type: ignore[method-assign]
-    build_payload = store._payload
-
-    def payload(commit: Commit) -> Any:
-        started = time.perf_counter()
-        try:
-            return build_payload(commit)
-        finally:
-            spent["payload"] += time.perf_counter() - started
-
-    store._payload = payload  # type: ignore[method-assign]
-    partitions = [f"bench:{p}" for p in range(PARTITIONS)]
-    epochs = {name: store.claim(name) for name in partitions}
-    arrived: list[BenchRecord] = []
-    offsets = [0] * PARTITIONS
-    for key, value in messages:
-        partition = zlib.crc32(key) % PARTITIONS
-        arrived.append(BenchRecord("bench", partition, offsets[partition], key, value))
-        offsets[partition] += 1
-    polls: list[list[list[BenchRecord]]] = []
-    if live:
-        # Records as they arrive: `batch` at a time, from whichever partitions they went to.
-        for first in range(0, len(arrived), batch):
-            by_partition: dict[int, list[BenchRecord]] = {}
-            for record in arrived[first:first + batch]:
-                by_partition.setdefault(record.partition, []).append(record)
-            polls.append(list(by_partition.values()))
-    else:
-        # A catch-up: kafka-python hands out one partition's fetched records at a time.
-        partitioned = [[record for record in arrived if record.partition == p] for p in range(PARTITIONS)]
-        for first in range(0, max(offsets), batch):
-            polls += [[records[first:first + batch]] for records in partitioned if records[first:first + batch]]
-    stored: list[int | None] = [None] * PARTITIONS
-    collect_garbage_for_batches()
-    started = time.perf_counter()
-    try:
-        for poll in polls:
-            pipeline.run([PartitionBatch(partitions[part[0].partition], epochs[partitions[part[0].partition]], part,
-                                         stored[part[0].partition]) for part in poll], int(time.time() * 1000))
-            for part in poll:
-                stored[part[0].partition] = part[-1].offset + 1
-        total = time.perf_counter() - started
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*DEFAULT_GC_THRESHOLD)
-    per_event = {step: round(1e6 * seconds / len(messages), 1) for step, seconds in spent.items()}
-    per_event["other"] = round(1e6 * (total - sum(spent.values())) / len(messages), 1)
-    per_event["in_process"] = round(1e6 * total / len(messages), 1)
-    return per_event
-
-
-def memory_by_kind(client: redis.Redis, namespace: str) -> dict[str, int]:
-    """MEMORY USAGE of a namespace's keys, summed by kind (the key's name after the hash tag)."""
-    kinds: dict[str, int] = {}
-    keys = list(client.scan_iter(match=f"{{{namespace}:*", count=1000))
-    for first in range(0, len(keys), 1000):
-        pipe = client.pipeline(transaction=False)
-        for key in keys[first:first + 1000]:
-            pipe.memory_usage(key, samples=0)
-        for key, used in zip(keys[first:first + 1000], pipe.execute(), strict=True):
-            kind = key.decode().split("}:", 1)[1].split(":", 1)[0]
-            kinds[kind] = kinds.get(kind, 0) + int(used or 0)
-    return kinds
 
 
 def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[str, Any]:
@@ -330,8 +72,6 @@ def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[st
 
     load = threading.Thread(target=background, daemon=True)
     load.start()
-    from kafka import KafkaProducer
-
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, acks=1)
 
     def send(event: dict[str, Any]) -> None:
@@ -341,7 +81,7 @@ def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[st
     wanted = {"k": "5", "variant": "probe", "window": "5m"}
 
     def probe_value() -> float | None:
-        body = urlopen(f"http://127.0.0.1:{service.port}/metrics", timeout=5).read().decode()  # noqa: S310
+        body = urlopen(service.metrics_url, timeout=5).read().decode()  # noqa: S310
         for family in text_string_to_metric_families(body):
             if family.name == MetricName.DCG_NUMERATOR:
                 for sample in family.samples:
@@ -361,7 +101,7 @@ def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[st
             except OSError:
                 pass  # the service is still starting
             if time.monotonic() > deadline:
-                body = urlopen(f"http://127.0.0.1:{service.port}/metrics", timeout=5).read().decode()  # noqa: S310
+                body = urlopen(service.metrics_url, timeout=5).read().decode()  # noqa: S310
                 lag = [line for line in body.splitlines() if line.startswith(MetricName.CONSUMER_LAG)]
                 raise RuntimeError(f"the probe impression never showed up in /metrics; lag: {lag}; "
                                    f"service log: {service.log}")
@@ -381,10 +121,7 @@ def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[st
                 time.sleep(0.002)
             delays.append(time.perf_counter() - started)
             time.sleep(0.05)
-        delays.sort()
-        return {"p50_ms": round(1000 * delays[len(delays) // 2], 1),
-                "p99_ms": round(1000 * delays[min(len(delays) - 1, math.ceil(0.99 * len(delays)) - 1)], 1),
-                "probes": probes, "load_events_per_s": round(rate)}
+        return {**timings(delays), "probes": probes, "load_events_per_s": round(rate)}
     finally:
         stop.set()
         producer.close()
@@ -412,8 +149,6 @@ def flatness(redis_url: str, big: int, judgments: int) -> dict[str, float]:
         offset[0] = next_offset
         return time.perf_counter() - started
 
-    import random
-
     rnd = random.Random(3)  # noqa: S311
     for query, count in (("small", 10), ("big", big)):
         batch: list[bytes] = []
@@ -440,19 +175,16 @@ def flatness(redis_url: str, big: int, judgments: int) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argument_parser(__doc__, quick=True)
     parser.add_argument("--events", type=int, default=500_000)
     parser.add_argument("--memory-impressions", type=int, default=1_000_000)
     parser.add_argument("--flat-impressions", type=int, default=100_000)
     parser.add_argument("--probes", type=int, default=200)
-    parser.add_argument("--quick", action="store_true", help="small sizes, to check that the bench runs")
-    parser.add_argument("--results", type=Path, default=Path(__file__).with_name("RESULTS.md"))
     args = parser.parse_args()
     if args.quick:
         args.events, args.memory_impressions, args.flat_impressions, args.probes = 20_000, 20_000, 5_000, 20
     result: dict[str, Any] = {"bench": "service"}
-    with tempfile.TemporaryDirectory(prefix="stream-ndcg-bench-") as root, \
-            KafkaBroker.start(Path(root, "kafka")) as kafka, RedisServer.start(Path(root, "redis")) as server:
+    with kafka_and_redis("service") as (kafka, server):
         client = redis.Redis.from_url(server.url)
         topic = create_topic(kafka.bootstrap, "throughput")
         messages = workload(args.events, seed=1)
@@ -497,8 +229,7 @@ def main() -> int:
 
         # On servers of its own: after the throughput run the shared broker and Redis carry
         # half a million events of state, and probes there have been lost in the noise.
-        with KafkaBroker.start(Path(root, "kafka-latency")) as quiet_kafka, \
-                RedisServer.start(Path(root, "redis-latency")) as quiet_redis:
+        with kafka_and_redis("service-latency") as (quiet_kafka, quiet_redis):
             result["latency"] = latency(quiet_kafka.bootstrap, quiet_redis.url, service / 2, args.probes)
         print(json.dumps(result["latency"]), file=sys.stderr)
 
@@ -527,12 +258,10 @@ def main() -> int:
         result["memory"] = memory
         client.close()
 
-    write_section(args.results, "## Service", section(result, " ".join(sys.argv[1:])))
-    print(json.dumps(result))
-    return 0
+    return publish(args.results, section(result), result)
 
 
-def section(result: dict[str, Any], flags: str) -> str:
+def section(result: dict[str, Any]) -> str:
     tp, lat, flat, mem = result["throughput"], result["latency"], result["flatness"], result["memory"]
     cost, by_size = result["cost_us_per_event"], result["batch_size_cost_us_per_event"]
     held = [k for k in mem if k != "rss_ratio"]
@@ -542,10 +271,10 @@ def section(result: dict[str, Any], flags: str) -> str:
     rows = [
         "## Service",
         "",
-        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M UTC}; machine: {platform.machine()}, {os.cpu_count()} cores "
+        f"- date: {stamp()}; machine: {platform.machine()}, {os.cpu_count()} cores "
         f"(shared, noisy), CPython {platform.python_version()}, Kafka 4.1.1 (KRaft, one node), redis-server "
         f"{redis_version()}, all on loopback",
-        f"- command: `{('python -m bench.service_bench ' + flags).strip()}` (via `make bench`)",
+        f"- command: `{command(__file__)}` (via `make bench`)",
         "",
         "| figure | measured | baseline (same run) | ratio | target |",
         "|---|---:|---:|---:|---|",
@@ -587,11 +316,6 @@ def section(result: dict[str, Any], flags: str) -> str:
 def cores(used: Mapping[str, float]) -> str:
     parts = ", ".join(f"{name} {value}" for name, value in sorted(used.items()))
     return f"{parts} ({round(sum(used.values()), 2)} in all)"
-
-
-def redis_version() -> str:
-    out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, check=False).stdout
-    return next((part.split("=")[1] for part in out.split() if part.startswith("v=")), "?")
 
 
 if __name__ == "__main__":

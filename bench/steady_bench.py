@@ -14,24 +14,20 @@ state outlives the run. Rewrites the "Memory over time" section of bench/RESULTS
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import sys
-import tempfile
 import threading
 import time
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import redis
 
-from bench.replay_bench import write_section
-from bench.service_bench import ServiceProcess, counted, create_topic, process_memory
+from bench.harness.results import argument_parser, command, publish, stamp
+from bench.harness.servers import kafka_and_redis
+from bench.harness.service_process import ServiceProcess, counted, resident_bytes
+from bench.harness.workloads import create_topic
 from stream_ndcg.devtools.producer import produce
-from stream_ndcg.devtools.redis_servers import RedisServer
-from stream_ndcg.devtools.servers import KafkaBroker
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 
 SETTINGS = {"clock": "event", "windows": "30s,1m", "bucket": "5s", "grace": "10s", "dedup_horizon": "20s",
@@ -39,16 +35,8 @@ SETTINGS = {"clock": "event", "windows": "30s,1m", "bucket": "5s", "grace": "10s
 HORIZON_S = 70
 
 
-def resident_bytes(pid: int) -> int:
-    resident = process_memory(pid, "VmRSS")
-    if resident is None:
-        raise RuntimeError(f"no VmRSS for process {pid}: the service has exited")
-    return resident
-
-
 def run(horizons: int, rate: float) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="stream-ndcg-steady-bench-") as root, \
-            KafkaBroker.start(Path(root, "kafka")) as kafka, RedisServer.start(Path(root, "redis")) as server:
+    with kafka_and_redis("steady") as (kafka, server):
         client = redis.Redis.from_url(server.url)
         topic = create_topic(kafka.bootstrap, "steady")
         service = ServiceProcess(kafka.bootstrap, server.url, topic, "steady", **SETTINGS)
@@ -86,11 +74,11 @@ def run(horizons: int, rate: float) -> dict[str, Any]:
                                / min(last["service_rss_bytes"], before["service_rss_bytes"]), 3)}
 
 
-def section(result: dict[str, Any], flags: str) -> str:
+def section(result: dict[str, Any]) -> str:
     rows = [
         "## Memory over time",
         "",
-        f"`{('python -m bench.steady_bench ' + flags).strip()}`, {datetime.now(UTC):%Y-%m-%d %H:%M UTC}: "
+        f"`{command(__file__)}`, {stamp()}: "
         f"`stream-ndcg run` with {', '.join(f'{k}={v}' for k, v in SETTINGS.items())} (a {result['horizon_s']} s "
         f"horizon), the Zipf workload produced live at {result['rate']:g} events/s and stamped with the time it "
         "is sent; one Kafka broker and redis-server on loopback.",
@@ -108,17 +96,14 @@ def section(result: dict[str, Any], flags: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argument_parser(__doc__)
     parser.add_argument("--horizons", type=int, default=4)
     parser.add_argument("--rate", type=float, default=1000.0)
-    parser.add_argument("--results", type=Path, default=Path(__file__).with_name("RESULTS.md"))
     args = parser.parse_args()
     if args.horizons < 3:
         parser.error("--horizons must be at least 3: the first horizon fills the windows")
     result = run(args.horizons, args.rate)
-    write_section(args.results, "## Memory over time", section(result, " ".join(sys.argv[1:])))
-    print(json.dumps(result))
-    return 0
+    return publish(args.results, section(result), result)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,144 @@
+"""`stream-ndcg run` in a process of its own, and what a bench reads of it: readiness, the
+messages it has taken in, its memory and CPU time, a catch-up timed.
+
+    service = ServiceProcess(kafka.bootstrap, redis_server.url, topic, "steady", clock="event")
+    service.await_ready()
+    ...
+    service.stop()
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.request import urlopen
+
+import redis
+
+from bench.harness.workloads import BATCH
+from stream_ndcg.devtools.servers import free_port
+from stream_ndcg.state.redis import RedisStore
+
+
+class ServiceProcess:
+    """The service reading `topic` into `namespace`, with the benches' batch size; `settings` are
+    more of its settings by name (clock="event"). Its log goes to a file in the temporary
+    directory, named after the namespace."""
+
+    def __init__(self, bootstrap: str, redis_url: str, topic: str, namespace: str, **settings: str) -> None:
+        self.port = free_port()
+        env = dict(os.environ, STREAM_NDCG_BOOTSTRAP_SERVERS=bootstrap, STREAM_NDCG_REDIS_URL=redis_url,
+                   STREAM_NDCG_TOPICS=topic, STREAM_NDCG_GROUP_ID=f"svc-{namespace}",
+                   STREAM_NDCG_NAMESPACE=namespace, STREAM_NDCG_METRICS_PORT=str(self.port),
+                   STREAM_NDCG_API_PORT=str(free_port()),
+                   STREAM_NDCG_BATCH_SIZE=str(BATCH), STREAM_NDCG_LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "INFO"),
+                   **{f"STREAM_NDCG_{k.upper()}": v for k, v in settings.items()})
+        self.log = Path(tempfile.gettempdir()) / f"stream-ndcg-bench-{namespace}.log"
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen([sys.executable, "-m", "stream_ndcg.cli", "run"], env=env,
+                                            stdout=log, stderr=subprocess.STDOUT)
+        self.peak_rss = 0
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/metrics"
+
+    def await_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2).status == 200:  # noqa: S310
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"the service was not ready after {timeout:.0f} s")
+
+    def sample_rss(self) -> None:
+        peak = process_memory(self.process.pid, "VmHWM")
+        if peak is not None:
+            self.peak_rss = peak
+
+    def stop(self) -> None:
+        self.sample_rss()
+        self.process.terminate()
+        self.process.wait(timeout=60)
+
+
+def counted(client: redis.Redis, namespace: str) -> int:
+    """Messages the service has taken in, as its store says."""
+    store = RedisStore(client, namespace=namespace, bucket_ms=60_000, horizon_ms=60_000, state_ttl_ms=60_000)
+    return sum(store.counts().values())
+
+
+def process_memory(pid: int, field: str) -> int | None:
+    """A memory figure of /proc/<pid>/status in bytes (VmRSS now, VmHWM the peak); None if the
+    process has none (it has exited)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def resident_bytes(pid: int | None = None) -> int:
+    """A process's resident set now (VmRSS), this process's by default."""
+    pid = os.getpid() if pid is None else pid
+    resident = process_memory(pid, "VmRSS")
+    if resident is None:
+        raise RuntimeError(f"no VmRSS for process {pid}: it has exited")
+    return resident
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    events_per_s: float
+    # The first service's.
+    peak_rss: int
+    # Cores each kind of process kept busy meanwhile, on average ("service" sums the instances).
+    cores: dict[str, float]
+
+
+def service_rate(bootstrap: str, redis_url: str, topic: str, total: int, namespace: str, instances: int = 1,
+                 servers: Mapping[str, int | None] | None = None, **settings: str) -> CatchUp:
+    """`instances` services of one group catching the topic up (on the event clock): their
+    events/s from the first message taken in to the `total`th, the peak RSS of the first, and the
+    cores they and the `servers` (name -> pid: Kafka, Redis) used meanwhile."""
+    client = redis.Redis.from_url(redis_url)
+    services = [ServiceProcess(bootstrap, redis_url, topic, namespace, clock="event", **settings)
+                for _ in range(instances)]
+    pids = {name: pid for name, pid in (servers or {}).items() if pid is not None}
+
+    def cpu() -> dict[str, float]:
+        used = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        used["service"] = sum(cpu_seconds(service.process.pid) for service in services)
+        return used
+
+    first_at, first_count, first_cpu = 0.0, 0, {}
+    try:
+        while True:
+            done = counted(client, namespace)
+            now = time.perf_counter()
+            if done and not first_at:
+                first_at, first_count, first_cpu = now, done, cpu()
+            if done >= total:
+                cores = {name: round((seconds - first_cpu[name]) / (now - first_at), 2)
+                         for name, seconds in cpu().items()}
+                return CatchUp((done - first_count) / (now - first_at), services[0].peak_rss, cores)
+            services[0].sample_rss()
+            time.sleep(0.05)
+    finally:
+        for service in services:
+            service.stop()
+        client.close()

@@ -1,0 +1,57 @@
+"""The benches' workload: the simulator's Zipf traffic, the topic it goes to, and the bare
+kafka-python consumer that reads it as the baseline of the service's throughput.
+
+    topic = create_topic(kafka.bootstrap, "throughput")
+    produce(kafka.bootstrap, topic, workload(500_000, seed=1))
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka.admin import NewTopic
+
+from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
+
+# The benches' topics have this many partitions, and the service reads (and the in-process
+# pipeline writes) batches of this many records.
+PARTITIONS = 4
+BATCH = 500
+
+
+def create_topic(bootstrap: str, name: str) -> str:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(name, PARTITIONS, 1)])
+    admin.close()
+    return name
+
+
+def workload(events: int, seed: int, judged_share: float = 1 / 3, start_ms: int | None = None,
+             rate: float = 2_000.0) -> list[tuple[bytes, bytes]]:
+    """Zipf queries, 10-result lists, two variants, late judgments for about a third of the shown
+    documents: (key, value) messages."""
+    spec = SimulationSpec(events=events, seed=seed, queries=20_000, list_length=10, judged_share=judged_share,
+                          rate=rate, max_delay_ms=1_800_000,
+                          start_ms=start_ms if start_ms is not None else SimulationSpec.start_ms)
+    return list(Simulator(spec).messages())
+
+
+def bare_consumer_rate(bootstrap: str, topic: str, total: int) -> float:
+    """Events per second a bare kafka-python consumer reads and JSON-decodes the topic at, with
+    the service's batch size, from its first records to `total`."""
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"bare-{topic}", enable_auto_commit=False,
+                             auto_offset_reset="earliest", max_poll_records=BATCH)
+    seen, first = 0, 0.0
+    try:
+        while seen < total:
+            for records in consumer.poll(timeout_ms=100, max_records=BATCH).values():
+                if not first:
+                    first = time.perf_counter()
+                for record in records:
+                    json.loads(record.value)
+                seen += len(records)
+        return seen / (time.perf_counter() - first)
+    finally:
+        consumer.close()
