@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kafka import KafkaAdminClient
+from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.errors import KafkaError, for_code
 from redis.exceptions import RedisClusterException, RedisError
 
@@ -41,6 +42,7 @@ def check_kafka(settings: Settings, report: Callable[[str], None]) -> list[str]:
     try:
         report(f"kafka: reached {settings.bootstrap_servers} ({settings.security_protocol})")
         wanted = [*settings.topics, *([settings.dead_letter_topic] if settings.dead_letter_topic else [])]
+        replicas: dict[str, int] = {}
         for topic in admin.describe_topics(wanted):
             name = topic["name"]
             role = "dead-letter topic" if name == settings.dead_letter_topic else "topic"
@@ -48,12 +50,49 @@ def check_kafka(settings: Settings, report: Callable[[str], None]) -> list[str]:
                 error = for_code(topic["error_code"]).__name__
                 problems.append(f"Kafka {role} {name!r}: {error} (create it, or grant this user access to it)")
             else:
-                report(f"kafka: {role} {name}: {len(topic['partitions'])} partitions")
+                replicas[name] = min(len(p["replica_nodes"]) for p in topic["partitions"])
+                report(f"kafka: {role} {name}: {len(topic['partitions'])} partitions, {replicas[name]} replicas")
+        if settings.dead_letter_topic in replicas and len(replicas) > 1:
+            for warning in dead_letter_durability(admin, settings.dead_letter_topic, replicas):
+                report(f"kafka: warning: {warning}")
     except (KafkaError, OSError) as exc:
         problems.append(f"Kafka metadata request failed: {type(exc).__name__}: {exc}")
     finally:
         admin.close()
     return problems
+
+
+def dead_letter_durability(admin: KafkaAdminClient, dead_letters: str, replicas: dict[str, int]) -> list[str]:
+    """What makes the dead-letter topic less durable than the input topics: fewer replicas, or a lower
+    min.insync.replicas (a topic setting; the producer already waits for all in-sync replicas). A
+    rejected message counts as consumed once it is acknowledged there: a weaker topic can lose it."""
+    insync = min_insync_replicas(admin, list(replicas))
+    inputs = [name for name in replicas if name != dead_letters]
+    warnings = []
+    input_replicas = max(replicas[name] for name in inputs)
+    if replicas[dead_letters] < input_replicas:
+        warnings.append(f"dead-letter topic {dead_letters} has {replicas[dead_letters]} replicas, fewer than the "
+                        f"input topics' {input_replicas}: a rejected message it acknowledged can be lost with "
+                        "one broker")
+    strictest = max(insync.get(name, 1) for name in inputs)
+    if insync.get(dead_letters, 1) < strictest:
+        warnings.append(f"dead-letter topic {dead_letters} has min.insync.replicas={insync.get(dead_letters, 1)}, "
+                        f"lower than the input topics' {strictest}: raise it (kafka-configs --alter "
+                        f"--entity-type topics --entity-name {dead_letters} --add-config min.insync.replicas="
+                        f"{strictest})")
+    return warnings
+
+
+def min_insync_replicas(admin: KafkaAdminClient, topics: list[str]) -> dict[str, int]:
+    """Each topic's effective min.insync.replicas (its own, or the brokers' default)."""
+    described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name, configs=None)
+                                        for name in topics], config_filter="all")
+    found: dict[str, int] = {}
+    for name, configs in described.get("topic", {}).items():
+        value = configs.get("min.insync.replicas", {}).get("value")
+        if value is not None:
+            found[name] = int(value)
+    return found
 
 
 def check_redis(settings: Settings, report: Callable[[str], None]) -> list[str]:

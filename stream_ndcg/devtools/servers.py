@@ -183,7 +183,7 @@ class LocalServer:
 
 @dataclass
 class KafkaBroker(LocalServer):
-    """A single-node KRaft broker (combined broker and controller) on loopback."""
+    """A KRaft node on loopback, broker and controller in one: alone, or one voter of a `KafkaCluster`."""
 
     workdir: Path
     port: int
@@ -193,6 +193,12 @@ class KafkaBroker(LocalServer):
     # user -> password: adds a SASL_PLAINTEXT listener taking SCRAM-SHA-256 and PLAIN for them.
     sasl_users: dict[str, str] | None = None
     sasl_port: int | None = None
+    # In a cluster: this node's id, every voter (``id@host:port,...``), the replication factor of
+    # new and internal topics (min.insync.replicas one less) and the id the nodes share.
+    node_id: int = 1
+    voters: str = ""
+    replication: int = 1
+    cluster_id: str = ""
 
     @property
     def bootstrap(self) -> str:
@@ -230,10 +236,11 @@ class KafkaBroker(LocalServer):
                 "listener.name.sasl_plaintext.plain.sasl.jaas.config="
                 f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};",
             ]
+        in_sync = max(1, self.replication - 1)
         (self.workdir / "server.properties").write_text("\n".join([
             "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@{LOOPBACK}:{self.controller_port}",
+            f"node.id={self.node_id}",
+            f"controller.quorum.voters={self.voters or f'{self.node_id}@{LOOPBACK}:{self.controller_port}'}",
             f"listeners={listeners}",
             f"advertised.listeners={advertised}",
             "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
@@ -242,11 +249,16 @@ class KafkaBroker(LocalServer):
             "inter.broker.listener.name=PLAINTEXT",
             f"log.dirs={data}",
             "num.partitions=1",
-            "offsets.topic.replication.factor=1",
+            f"default.replication.factor={self.replication}",
+            f"min.insync.replicas={in_sync}",
+            f"offsets.topic.replication.factor={self.replication}",
             "offsets.topic.num.partitions=1",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
+            f"transaction.state.log.replication.factor={self.replication}",
+            f"transaction.state.log.min.isr={in_sync}",
             "transaction.state.log.num.partitions=1",
+            # A killed node is noticed, and its partitions led elsewhere, within seconds.
+            "broker.session.timeout.ms=6000",
+            "broker.heartbeat.interval.ms=1000",
             "group.initial.rebalance.delay.ms=0",
             "log.cleaner.dedupe.buffer.size=8388608",
             "auto.create.topics.enable=true",
@@ -254,9 +266,7 @@ class KafkaBroker(LocalServer):
         ]))
         (self.workdir / "log4j2.properties").write_text(_LOG4J2.format(log=self.workdir / "server.log"))
         if not (data / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
-            while cluster_id.startswith("-"):
-                cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+            cluster_id = self.cluster_id or new_cluster_id()
             # SCRAM credentials of a KRaft cluster are written with the metadata at format time.
             scram = [arg for user, password in (self.sasl_users or {}).items()
                      for arg in ("--add-scram", f"SCRAM-SHA-256=[name={user},password={password}]")]
@@ -266,9 +276,9 @@ class KafkaBroker(LocalServer):
                 check=True, stdout=subprocess.DEVNULL,
             )
 
-    def launch(self, *, detach: bool = False) -> None:
-        """Start (or restart) the broker on its data directory and wait until it serves."""
-        log = self.workdir / "server.log"
+    def launch(self, *, detach: bool = False, wait: bool = True) -> None:
+        """Start (or restart) the broker on its data directory and wait until it serves (a voter of a
+        cluster serves once a quorum is up: start them all, then wait)."""
         with open(self.workdir / "stdout.log", "ab") as out:
             self.process = subprocess.Popen(  # noqa: S603
                 [_java(), f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseG1GC",
@@ -276,7 +286,13 @@ class KafkaBroker(LocalServer):
                  "-cp", kafka_classpath(), "kafka.Kafka", str(self.workdir / "server.properties")],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=detach,
             )
-        wait_for_ready("Kafka", self._ready, 90, self.process, log)
+        if wait:
+            self.wait_until_ready()
+
+    def wait_until_ready(self) -> None:
+        if self.process is None:
+            raise RuntimeError("the broker was not launched")
+        wait_for_ready("Kafka", self._ready, 90, self.process, self.workdir / "server.log")
 
     def _ready(self) -> bool:
         log = self.workdir / "server.log"
@@ -290,11 +306,72 @@ class KafkaBroker(LocalServer):
 
     def restart(self) -> None:
         self.stop()
+        self.relaunch()
+
+    def relaunch(self, *, wait: bool = True) -> None:
+        """Start again after a stop or a kill, on the same data."""
         # The "started" line of the previous run must not count as readiness.
         log = self.workdir / "server.log"
         if log.exists():
             log.rename(self.workdir / f"server.{int(time.time() * 1000)}.log")
-        self.launch()
+        self.launch(wait=wait)
+
+
+@dataclass
+class KafkaCluster:
+    """KRaft nodes on loopback, each broker and controller (a voter), with every topic, the internal
+    ones included, replicated to all of them and min.insync.replicas one less.
+
+        with KafkaCluster.start(workdir, size=3) as kafka:
+            print(kafka.bootstrap)
+    """
+
+    nodes: list[KafkaBroker]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.bootstrap for node in self.nodes)
+
+    @classmethod
+    def start(cls, workdir: Path, size: int = 3, *, detach: bool = False) -> KafkaCluster:
+        ports = [(free_port(), free_port()) for _ in range(size)]
+        voters = ",".join(f"{i}@{LOOPBACK}:{controller}" for i, (_, controller) in enumerate(ports, start=1))
+        cluster_id = new_cluster_id()
+        nodes = [KafkaBroker(Path(workdir) / f"node-{i}", port, controller, heap="384m", node_id=i, voters=voters,
+                             replication=size, cluster_id=cluster_id)
+                 for i, (port, controller) in enumerate(ports, start=1)]
+        try:
+            for node in nodes:
+                node.workdir.mkdir(parents=True, exist_ok=True)
+                node._configure()
+                node.launch(detach=detach, wait=False)
+            for node in nodes:
+                node.wait_until_ready()
+        except BaseException:
+            for node in nodes:
+                node.stop()
+            raise
+        return cls(nodes)
+
+    def node(self, node_id: int) -> KafkaBroker:
+        return next(node for node in self.nodes if node.node_id == node_id)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.stop()
+
+
+def new_cluster_id() -> str:
+    """16 random bytes, url-safe base64 without padding, not starting with '-' (as Kafka wants)."""
+    while (cluster_id := base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")).startswith("-"):
+        pass
+    return cluster_id
 
 
 def _java() -> str:
