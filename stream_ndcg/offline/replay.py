@@ -24,11 +24,12 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from stream_ndcg.drilldown.index import figures
-from stream_ndcg.events import DEFAULT_LIMITS, Impression, InvalidEvent, Limits, parse_event
+from stream_ndcg.events import DEFAULT_LIMITS, Click, Impression, InvalidEvent, Limits, parse_event
 from stream_ndcg.metric import ListScore, ListScorer, Measure, ndcg_sums
 from stream_ndcg.rows import add_into, group_tops, impression_row, row_fields
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.vocabulary import (
+    CLICK,
     IMPRESSION,
     IMPRESSIONS,
     JUDGMENT,
@@ -69,6 +70,8 @@ class Replay:
         self._revisions: set[tuple[Any, ...]] = set()
         self.duplicates: Counter[str] = Counter()
         self.rejected: Counter[str] = Counter()
+        # Clicks, counted and set aside as the service sets them aside (no clock moves for them).
+        self.clicks = 0
         # The smallest event time applied, to notice files written in epoch seconds.
         self.earliest_ts: int | None = None
         # The newest: where the event clock of the service would stand.
@@ -82,6 +85,9 @@ class Replay:
         if isinstance(event, InvalidEvent):
             self.rejected[event.reason] += 1
             return event
+        if isinstance(event, Click):
+            self.clicks += 1
+            return None
         ts = event.ts
         if self.earliest_ts is None or ts < self.earliest_ts:
             self.earliest_ts = ts
@@ -211,6 +217,7 @@ class Replay:
             "events": {
                 IMPRESSION: len(self._impressions),
                 JUDGMENT: len(self._revisions),
+                CLICK: self.clicks,
                 "duplicate": sum(self.duplicates.values()),
                 "rejected": dict(sorted(self.rejected.items())),
             },
