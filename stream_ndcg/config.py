@@ -2,7 +2,8 @@
 
 (Over 350 lines on purpose: every setting is declared here, one field each, so that its flag,
 variable, TOML key, help line and row of the configuration page (docs/configuration.md) have a
-single home; the parsers of their values are in `setting_values`.)
+single home; the parsers of their values are in `setting_values`, the reading of a TOML file in
+`settings_file`.)
 
 Precedence: flags, then environment variables, then the TOML file (``--config``
 or ``STREAM_NDCG_CONFIG``), then defaults. Every setting has the same name in
@@ -20,8 +21,6 @@ from those fields, so none of them can drift from the others.
 from __future__ import annotations
 
 import argparse
-import difflib
-import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
@@ -30,6 +29,7 @@ from urllib.parse import urlsplit
 from stream_ndcg import setting_values as values
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.metric import DEFAULT_CUTOFFS, DEFAULT_GAIN, DEFAULT_IDEAL, GAINS, IDEALS, Measure
+from stream_ndcg.settings_file import read_toml, suggest
 
 ENV_PREFIX = "STREAM_NDCG_"
 # Kafka's own rule for topic names.
@@ -264,7 +264,7 @@ class Settings:
         sources: dict[str, str] = {}
         path = config_file or environ.get(ENV_PREFIX + "CONFIG")
         if path:
-            for name, value in _read_toml(path, cls.names()).items():
+            for name, value in read_toml(path, cls.names()).items():
                 values[name], sources[name] = value, path
         for name in cls.names():
             if env_name(name) in environ:
@@ -274,7 +274,7 @@ class Settings:
                 values[name], sources[name] = value, flag_name(name)
         unknown = set(values) - set(cls.names())
         if unknown:
-            raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}{_suggest(unknown, cls.names())}")
+            raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}{suggest(unknown, cls.names())}")
         try:
             return cls(**values)
         except SettingError as exc:
@@ -320,34 +320,6 @@ def env_name(name: str) -> str:
 
 def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
-
-
-def _suggest(unknown: set[str], known: list[str]) -> str:
-    close = {name: difflib.get_close_matches(name, known, n=1) for name in sorted(unknown)}
-    hints = [f"{name} -> {match[0]}" for name, match in close.items() if match]
-    return f" (did you mean: {', '.join(hints)}?)" if hints else ""
-
-
-def _read_toml(path: str, known: list[str]) -> dict[str, Any]:
-    """The settings of a TOML file: keys at top level or all under [stream_ndcg], never both."""
-    try:
-        with open(path, "rb") as stream:
-            document = tomllib.load(stream)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from None
-    if "stream_ndcg" in document:
-        others = sorted(set(document) - {"stream_ndcg"})
-        if others:
-            raise ConfigError(f"config file {path}: keys at top level ({', '.join(others)}) beside a "
-                              "[stream_ndcg] table would be ignored: put every setting in one of the two")
-        document = document["stream_ndcg"]
-        if not isinstance(document, dict):
-            raise ConfigError(f"config file {path}: stream_ndcg must be a table of settings")
-    unknown = set(document) - set(known)
-    if unknown:
-        raise ConfigError(f"config file {path}: unknown key(s) {', '.join(sorted(unknown))}"
-                          f"{_suggest(unknown, known)}; `stream-ndcg check-config --help` lists the settings")
-    return dict(document)
 
 
 def shown_default(name: str) -> str:
