@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from stream_ndcg import setting_values as values
+from stream_ndcg.click_models import MODELS
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.metric import DEFAULT_CUTOFFS, DEFAULT_GAIN, DEFAULT_IDEAL, GAINS, IDEALS, Measure
 from stream_ndcg.settings_file import read_toml, suggest
@@ -77,6 +78,8 @@ _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _DURATION = "DURATION"
+_DAY_MS = 86_400_000
+_CLICK_GRADES = ("thresholds", "score")
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,30 @@ class Settings:
                                 values.boolean, metavar="BOOL")
     max_future: int = setting(86_400_000, "reject event times further ahead of the wall clock", values.duration(0),
                               metavar=_DURATION)
+    click_model: str = setting(
+        "coec", "the click model that turns clicks into judgments: clicks over expected clicks, or a cascade model",
+        values.choice(*MODELS), metavar="MODEL", choices=MODELS)
+    click_horizon: int = setting(
+        14 * _DAY_MS, "how far back clicks count: older buckets of click counts are forgotten",
+        values.duration(1000), metavar=_DURATION)
+    click_bucket: int = setting(_DAY_MS, "time bucket of the click counts, by the impression's time (the step of "
+                                "click_horizon)", values.duration(1000), metavar=_DURATION)
+    click_max_rank: int = setting(20, "deepest rank the click models count: results and clicks below it are ignored",
+                                  values.integer(1, 1000), metavar="N")
+    click_min_impressions: int = setting(
+        20, "impressions of a (query, document) pair in click_horizon below which it gets no grade from clicks (a "
+        "grade it had is retracted)", values.integer(1), metavar="N")
+    click_session: int = setting(
+        1_800_000, "how long after an impression its clicks are taken, and how long a click waits for its "
+        "impression; then they are final", values.duration(0), metavar=_DURATION)
+    judge_interval: int = setting(3_600_000, "how often click judgments are decided: at every multiple of this on "
+                                  "the clock", values.duration(1000), metavar=_DURATION)
+    click_grade: str = setting(
+        "thresholds", "a click model's score becomes a grade 0-3 by click_thresholds, or is the grade itself (for "
+        "gain linear)", values.choice(*_CLICK_GRADES), metavar="HOW", choices=_CLICK_GRADES)
+    click_thresholds: tuple[float, ...] = setting(
+        (), "three ascending scores, the least scores of grades 1, 2 and 3", values.thresholds, metavar="T1,T2,T3",
+        shown_default="(coec 0.5,1,2; sdbn 0.1,0.3,0.6)")
     log_format: str = setting("text", "log lines as text or one JSON object each", values.choice("text", "json"),
                               metavar="FORMAT", choices=("text", "json"))
     log_level: str = setting("INFO", "lowest level logged (any case)", values.choice(*_LOG_LEVELS, fold=True),
