@@ -233,7 +233,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     events = args.events if args.duration is None else int(args.duration * args.rate)
     spec = SimulationSpec(events=events, seed=args.seed, queries=args.queries, rate=args.rate,
-                          malformed_share=args.malformed_share, max_delay_ms=args.max_delay_ms)
+                          malformed_share=args.malformed_share, max_delay_ms=args.max_delay_ms, clicks=args.clicks)
     messages = Simulator(spec).messages()
     if args.output:
         with open(args.output, "wb") as out:
@@ -329,6 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--queries", type=int, default=1_000)
     simulate.add_argument("--rate", type=float, default=1_000.0, help="events per second of event time")
     simulate.add_argument("--malformed-share", type=float, default=0.0)
+    simulate.add_argument("--clicks", action="store_true",
+                          help="users click too, by a position-based model of the documents' hidden true grades")
     simulate.add_argument("--output", metavar="FILE.jsonl", help="write to a file instead of Kafka")
     simulate.add_argument("--topic", default="search-events")
     _add_setting_flags(simulate, Settings.kafka_names())

@@ -161,9 +161,7 @@ class ClickJudge:
         grading = self.settings.grading
         rates = self.stats.rank_counts(since) if ctr is None else ctr
         emitted = []
-        for pair, (grade, evidence) in self.stats.grades(grading, rates, since, pairs=self.graded).items():
-            if grade == self.graded.get(pair):
-                continue
+        for pair, grade, evidence in self.stats.changes(grading, rates, since, self.graded):
             if grade is None:
                 del self.graded[pair]
             else:

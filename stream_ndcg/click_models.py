@@ -46,12 +46,12 @@ evidence gives expected clicks as the nearest float.
     counts = ClickCounts(max_rank=20)
     counts.add(final_impression, bucket=final_impression.ts // 86_400_000)
     ctr = counts.rank_counts(since=oldest)      # summed with other partitions' for COEC
-    grades = counts.grades(Grading("coec", 20), ctr, since=oldest)
+    changed = counts.changes(Grading("coec", 20), ctr, since=oldest, previous={})
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
@@ -88,10 +88,10 @@ class RankCounts:
             for index, value in enumerate(more):
                 counts[index] += value
 
-    def ctr(self, rank: int) -> Fraction:
-        """Clicks over impressions at `rank` (0 where none was shown)."""
-        shown = self.shown[rank - 1]
-        return Fraction(self.clicked[rank - 1], shown) if shown else Fraction(0)
+    def rates(self) -> list[Fraction]:
+        """CTR by rank (index 0 is rank 1): clicks over impressions there, 0 where none was shown."""
+        return [Fraction(clicked, shown) if shown else Fraction(0) for shown, clicked in zip(self.shown, self.clicked,
+                                                                                              strict=True)]
 
 
 @dataclass
@@ -132,16 +132,22 @@ class Grading:
         if self.thresholds is not None and not 0 <= self.thresholds[0] <= self.thresholds[1] <= self.thresholds[2]:
             raise ValueError("thresholds must be three ascending numbers, not negative")
 
-    def to_grade(self, score: Fraction) -> float:
+    def bounds(self) -> tuple[Fraction, Fraction, Fraction]:
+        """The thresholds as exact fractions (of the floats given)."""
+        first, second, third = self.thresholds or DEFAULT_THRESHOLDS[self.model]
+        return Fraction(first), Fraction(second), Fraction(third)
+
+    def to_grade(self, score: Fraction, bounds: tuple[Fraction, Fraction, Fraction] | None = None) -> float:
+        """The grade of a score (`bounds`: this grading's, when the caller has them already)."""
         if self.grade == "score":
             return min(round(float(score), SCORE_DECIMALS), MAX_ABS_GRADE)
-        first, second, third = (Fraction(t) for t in self.thresholds or DEFAULT_THRESHOLDS[self.model])
+        first, second, third = bounds or self.bounds()
         return 0.0 if score < first else 1.0 if score < second else 2.0 if score < third else 3.0
 
 
-def coec(counts: PairCounts, ctr: RankCounts) -> tuple[Fraction, Evidence]:
-    """The COEC score of a pair's counts under the rank CTRs, and its evidence."""
-    expected = sum((n * ctr.ctr(rank) for rank, n in counts.by_rank.items()), Fraction(0))
+def coec(counts: PairCounts, rates: Sequence[Fraction]) -> tuple[Fraction, Evidence]:
+    """The COEC score of a pair's counts under the CTR of each rank (`RankCounts.rates`), and its evidence."""
+    expected = sum((n * rates[rank - 1] for rank, n in counts.by_rank.items()), Fraction(0))
     score = Fraction(counts.clicks) / expected if counts.clicks and expected else Fraction(0)
     return score, (("impressions", counts.impressions), ("clicks", counts.clicks),
                    ("expected_clicks", float(expected)))
@@ -221,19 +227,24 @@ class ClickCounts:
                 total.add(counts)
         return total
 
-    def grades(self, grading: Grading, ctr: RankCounts, since: int | None = None,
-               pairs: Iterable[Pair] | None = None) -> dict[Pair, tuple[float | None, Evidence]]:
-        """Each pair's grade (None below the minimum of impressions) and evidence, for the pairs
-        with counts from `since` on and any of `pairs`. `ctr` is the rank counts of every
-        partition over the same buckets (COEC's CTR is global)."""
-        wanted = set(self.pairs) | set(pairs or ())
-        graded: dict[Pair, tuple[float | None, Evidence]] = {}
-        for pair in sorted(wanted):
+    def changes(self, grading: Grading, ctr: RankCounts, since: int | None,
+                previous: Mapping[Pair, float]) -> list[tuple[Pair, float | None, Evidence]]:
+        """The pairs whose grade is not `previous`' (a pair absent there has none), with the grade
+        (None below the minimum of impressions) and evidence, in pair order: over the pairs with
+        counts from `since` on and those of `previous`. `ctr` is the rank counts of every partition
+        over the same buckets (COEC's CTR is global). A score is computed only where a grade is."""
+        rates = ctr.rates() if grading.model == "coec" else []
+        bounds = grading.bounds()
+        changed: list[tuple[Pair, float | None, Evidence]] = []
+        for pair in sorted(self.pairs.keys() | previous.keys()):
             counts = self.pair_counts(pair, since)
-            score, evidence = coec(counts, ctr) if grading.model == "coec" else sdbn(counts)
-            graded[pair] = (grading.to_grade(score) if counts.impressions >= grading.min_impressions else None,
-                            evidence)
-        return graded
+            if counts.impressions < grading.min_impressions and pair not in previous:
+                continue
+            score, evidence = coec(counts, rates) if grading.model == "coec" else sdbn(counts)
+            grade = grading.to_grade(score, bounds) if counts.impressions >= grading.min_impressions else None
+            if grade != previous.get(pair):
+                changed.append((pair, grade, evidence))
+        return changed
 
 
 def summed(parts: Iterable[RankCounts], max_rank: int) -> RankCounts:

@@ -39,6 +39,7 @@ the clock it is given (the greatest event time, as `run`'s event clock):
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,7 +86,8 @@ class _Session:
 class Sessions:
     """The open impressions, the clicks held for impressions not yet seen, and what is remembered
     for duplicates. `counts` uses `vocabulary`'s keys: accepted impressions and clicks by type,
-    duplicates by type, rejections by reason."""
+    duplicates by type, rejections by reason; `open` and `held` are the impressions open and the
+    clicks held now."""
 
     def __init__(self, *, max_rank: int, session_ms: int, dedup_ms: int,
                  oldest_bucket: Callable[[int], int], bucket_of: Callable[[int], int]) -> None:
@@ -99,19 +101,19 @@ class Sessions:
         self.bucket_of = bucket_of
         self.counts: Counter[str] = Counter()
         self._sessions: dict[str, _Session] = {}
+        # (time plus session, impression id) of the open sessions, and (when forgotten, impression
+        # id) of every session: heaps, so that the clock's moves cost what they hand over.
+        self._ending: list[tuple[int, str]] = []
+        self._forgetting: list[tuple[int, str]] = []
         # impression id -> the clicks held for it, waiting for the impression, in the order they
-        # came (all of them: each is decided when the impression comes, as if it came then).
-        self._held: dict[str, list[Click]] = {}
-
-    @property
-    def held(self) -> int:
-        """Clicks waiting for their impression."""
-        return sum(len(clicks) for clicks in self._held.values())
-
-    @property
-    def open(self) -> int:
-        """Impressions whose clicks are not final yet."""
-        return sum(not session.final for session in self._sessions.values())
+        # came (all of them: each is decided when the impression comes, as if it came then), each
+        # with its serial number; (end of its wait, serial, impression id) of each, a heap whose
+        # entries for clicks joined meanwhile are passed over.
+        self._held: dict[str, list[tuple[int, Click]]] = {}
+        self._waits: list[tuple[int, int, str]] = []
+        self._serial = 0
+        self.held = 0
+        self.open = 0
 
     def impression(self, event: Impression, clock_ms: int) -> None:
         """Take an impression in at `clock_ms` (the clock already moved to its time if later)."""
@@ -119,19 +121,26 @@ class Sessions:
             self.counts[duplicate(IMPRESSION)] += 1
             return
         held = self._held.pop(event.impression_id, [])
+        self.held -= len(held)
         if self.bucket_of(event.ts) < self.oldest_bucket(clock_ms):
             self.counts[rejected(TOO_OLD)] += 1 + len(held)
             return
         self.counts[IMPRESSION] += 1
         session = self._sessions[event.impression_id] = _Session(event, clock_ms)
-        for click in held:
+        self.open += 1
+        heapq.heappush(self._ending, (event.ts + self.session_ms, event.impression_id))
+        heapq.heappush(self._forgetting, (self._forget_at(session), event.impression_id))
+        for _, click in held:
             self._join(click, session)
 
     def click(self, event: Click, clock_ms: int) -> None:
         """Take a click in at `clock_ms`: join it, hold it, or count why not."""
         session = self._sessions.get(event.impression_id)
         if session is None:
-            self._held.setdefault(event.impression_id, []).append(event)
+            self._serial += 1
+            self._held.setdefault(event.impression_id, []).append((self._serial, event))
+            heapq.heappush(self._waits, (event.ts + self.session_ms, self._serial, event.impression_id))
+            self.held += 1
             return
         if session.final or session.impression.ts + self.session_ms < clock_ms:
             # Final (by the clock, if not yet handed over): a duplicate of a click it took, or late.
@@ -165,23 +174,27 @@ class Sessions:
         """Hand over the impressions whose clicks are final at `clock_ms` (time plus session before
         it), in order of (time, id); forget what is no longer remembered, and reject the held
         clicks whose wait is over."""
-        due = sorted((session.impression.ts, impression_id) for impression_id, session in self._sessions.items()
-                     if not session.final and session.impression.ts + self.session_ms < clock_ms)
         final = []
-        for _, impression_id in due:
+        while self._ending and self._ending[0][0] < clock_ms:
+            _, impression_id = heapq.heappop(self._ending)
             session = self._sessions[impression_id]
             session.final = True
+            self.open -= 1
             final.append(self._final(session))
-        for impression_id in [impression_id for impression_id, session in self._sessions.items()
-                              if session.final and self._forget_at(session) < clock_ms]:
-            del self._sessions[impression_id]
-        for impression_id, clicks in list(self._held.items()):
-            waiting = [click for click in clicks if click.ts + self.session_ms >= clock_ms]
-            self.counts[rejected(UNKNOWN_IMPRESSION)] += len(clicks) - len(waiting)
-            if waiting:
-                self._held[impression_id] = waiting
-            else:
-                del self._held[impression_id]
+        # Forgotten at or after its end (`_forget_at`), so a session forgotten here is final.
+        while self._forgetting and self._forgetting[0][0] < clock_ms:
+            del self._sessions[heapq.heappop(self._forgetting)[1]]
+        while self._waits and self._waits[0][0] < clock_ms:
+            _, serial, impression_id = heapq.heappop(self._waits)
+            held = self._held.get(impression_id, [])
+            waiting = [(number, click) for number, click in held if number != serial]
+            if len(waiting) < len(held):
+                self.counts[rejected(UNKNOWN_IMPRESSION)] += 1
+                self.held -= 1
+                if waiting:
+                    self._held[impression_id] = waiting
+                else:
+                    del self._held[impression_id]
         return final
 
     def _forget_at(self, session: _Session) -> int:
