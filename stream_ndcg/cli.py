@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -13,10 +14,11 @@ from stream_ndcg import __version__
 from stream_ndcg.config import EPOCH_SECONDS_BELOW_MS, Settings, add_setting_flags, env_name
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import Limits
+from stream_ndcg.offline.clicks import JudgmentWriter, add_click_flags, click_judge_of
 from stream_ndcg.offline.files import replay_files
 from stream_ndcg.offline.history import add_history_flags, history_of, settings_of, write_history
 from stream_ndcg.offline.replay import Replay
-from stream_ndcg.setting_values import parse_cutoffs
+from stream_ndcg.setting_values import format_duration, parse_cutoffs
 
 
 def _cutoffs_flag(text: str) -> tuple[int, ...]:
@@ -27,13 +29,22 @@ def _cutoffs_flag(text: str) -> tuple[int, ...]:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    with contextlib.ExitStack() as stack:
+        return _replay(args, stack)
+
+
+def _replay(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     history = history_of(args)
+    judge = click_judge_of(args, args.dedup_horizon)
     # The service's settings the replay reads: the metric, the longest list, its dedup horizon
     # counted in its buckets, and the windows of --per-query.
     settings = settings_of(k=args.k, gain=args.gain, ideal=args.ideal, max_results=args.max_results,
                            bucket=args.bucket, windows=args.windows, dedup_horizon=args.dedup_horizon)
+    writer = (JudgmentWriter(stack.enter_context(open(args.judgments_out, "w", encoding="utf-8")))
+              if args.judgments_out else None)
     replay = Replay(settings.measure, Limits(max_results=settings.max_results), tap=history.add if history else None,
-                    dedup_horizon_ms=settings.dedup_horizon, bucket_ms=settings.bucket)
+                    dedup_horizon_ms=settings.dedup_horizon, bucket_ms=settings.bucket, click_judge=judge,
+                    on_click_judgment=writer)
     per_query = settings if args.per_query else None
     for flag, path in (("--per-impression", args.per_impression), ("--per-query", args.per_query)):
         # Found out before the work, not after minutes of it.
@@ -47,6 +58,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"stream-ndcg replay: warning: event times as small as ts={replay.earliest_ts} fall before 1973 "
               "as epoch milliseconds: are they epoch seconds? The contract wants milliseconds (or RFC 3339); "
               "windows and horizons would be off by a factor of 1000", file=sys.stderr)
+    if judge is not None and not judge.boundaries:
+        print(f"stream-ndcg replay: warning: the events' clock passed no --judge-interval boundary "
+              f"({format_duration(judge.settings.interval_ms)}): no judgment was decided from clicks", file=sys.stderr)
     if args.per_impression:
         with open(args.per_impression, "w", encoding="utf-8") as out:
             for record in replay.per_impression():
@@ -219,7 +233,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     events = args.events if args.duration is None else int(args.duration * args.rate)
     spec = SimulationSpec(events=events, seed=args.seed, queries=args.queries, rate=args.rate,
-                          malformed_share=args.malformed_share, max_delay_ms=args.max_delay_ms)
+                          malformed_share=args.malformed_share, max_delay_ms=args.max_delay_ms, clicks=args.clicks)
     messages = Simulator(spec).messages()
     if args.output:
         with open(args.output, "wb") as out:
@@ -260,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write the drill-down's figures per window (--windows, --bucket; ending at the newest "
                              "event), query and segment")
     add_history_flags(replay)
+    add_click_flags(replay)
     replay.set_defaults(handler=cmd_replay)
 
     for name, help_text in (("run", "consume from Kafka, keep state in Redis, serve Prometheus metrics"),
@@ -314,6 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--queries", type=int, default=1_000)
     simulate.add_argument("--rate", type=float, default=1_000.0, help="events per second of event time")
     simulate.add_argument("--malformed-share", type=float, default=0.0)
+    simulate.add_argument("--clicks", action="store_true",
+                          help="users click too, by a position-based model of the documents' hidden true grades")
     simulate.add_argument("--output", metavar="FILE.jsonl", help="write to a file instead of Kafka")
     simulate.add_argument("--topic", default="search-events")
     _add_setting_flags(simulate, Settings.kafka_names())

@@ -2,7 +2,8 @@
 
 (Over 350 lines on purpose: every setting is declared here, one field each, so that its flag,
 variable, TOML key, help line and row of the configuration page (docs/configuration.md) have a
-single home; the parsers of their values are in `setting_values`.)
+single home; the parsers of their values are in `setting_values`, the reading of a TOML file in
+`settings_file`.)
 
 Precedence: flags, then environment variables, then the TOML file (``--config``
 or ``STREAM_NDCG_CONFIG``), then defaults. Every setting has the same name in
@@ -20,16 +21,16 @@ from those fields, so none of them can drift from the others.
 from __future__ import annotations
 
 import argparse
-import difflib
-import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from stream_ndcg import setting_values as values
+from stream_ndcg.click_models import MODELS
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.metric import DEFAULT_CUTOFFS, DEFAULT_GAIN, DEFAULT_IDEAL, GAINS, IDEALS, Measure
+from stream_ndcg.settings_file import read_toml, suggest
 
 ENV_PREFIX = "STREAM_NDCG_"
 # Kafka's own rule for topic names.
@@ -77,6 +78,8 @@ _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _DURATION = "DURATION"
+_DAY_MS = 86_400_000
+_CLICK_GRADES = ("thresholds", "score")
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,30 @@ class Settings:
                                 values.boolean, metavar="BOOL")
     max_future: int = setting(86_400_000, "reject event times further ahead of the wall clock", values.duration(0),
                               metavar=_DURATION)
+    click_model: str = setting(
+        "coec", "the click model that turns clicks into judgments: clicks over expected clicks, or a cascade model",
+        values.choice(*MODELS), metavar="MODEL", choices=MODELS)
+    click_horizon: int = setting(
+        14 * _DAY_MS, "how far back clicks count: older buckets of click counts are forgotten",
+        values.duration(1000), metavar=_DURATION)
+    click_bucket: int = setting(_DAY_MS, "time bucket of the click counts, by the impression's time (the step of "
+                                "click_horizon)", values.duration(1000), metavar=_DURATION)
+    click_max_rank: int = setting(20, "deepest rank the click models count: results and clicks below it are ignored",
+                                  values.integer(1, 1000), metavar="N")
+    click_min_impressions: int = setting(
+        20, "impressions of a (query, document) pair in click_horizon below which it gets no grade from clicks (a "
+        "grade it had is retracted)", values.integer(1), metavar="N")
+    click_session: int = setting(
+        1_800_000, "how long after an impression its clicks are taken, and how long a click waits for its "
+        "impression; then they are final", values.duration(0), metavar=_DURATION)
+    judge_interval: int = setting(3_600_000, "how often click judgments are decided: at every multiple of this on "
+                                  "the clock", values.duration(1000), metavar=_DURATION)
+    click_grade: str = setting(
+        "thresholds", "a click model's score becomes a grade 0-3 by click_thresholds, or is the grade itself (for "
+        "gain linear)", values.choice(*_CLICK_GRADES), metavar="HOW", choices=_CLICK_GRADES)
+    click_thresholds: tuple[float, ...] = setting(
+        (), "three ascending scores, the least scores of grades 1, 2 and 3", values.thresholds, metavar="T1,T2,T3",
+        shown_default="(coec 0.5,1,2; sdbn 0.1,0.3,0.6)")
     log_format: str = setting("text", "log lines as text or one JSON object each", values.choice("text", "json"),
                               metavar="FORMAT", choices=("text", "json"))
     log_level: str = setting("INFO", "lowest level logged (any case)", values.choice(*_LOG_LEVELS, fold=True),
@@ -264,7 +291,7 @@ class Settings:
         sources: dict[str, str] = {}
         path = config_file or environ.get(ENV_PREFIX + "CONFIG")
         if path:
-            for name, value in _read_toml(path, cls.names()).items():
+            for name, value in read_toml(path, cls.names()).items():
                 values[name], sources[name] = value, path
         for name in cls.names():
             if env_name(name) in environ:
@@ -274,7 +301,7 @@ class Settings:
                 values[name], sources[name] = value, flag_name(name)
         unknown = set(values) - set(cls.names())
         if unknown:
-            raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}{_suggest(unknown, cls.names())}")
+            raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}{suggest(unknown, cls.names())}")
         try:
             return cls(**values)
         except SettingError as exc:
@@ -320,34 +347,6 @@ def env_name(name: str) -> str:
 
 def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
-
-
-def _suggest(unknown: set[str], known: list[str]) -> str:
-    close = {name: difflib.get_close_matches(name, known, n=1) for name in sorted(unknown)}
-    hints = [f"{name} -> {match[0]}" for name, match in close.items() if match]
-    return f" (did you mean: {', '.join(hints)}?)" if hints else ""
-
-
-def _read_toml(path: str, known: list[str]) -> dict[str, Any]:
-    """The settings of a TOML file: keys at top level or all under [stream_ndcg], never both."""
-    try:
-        with open(path, "rb") as stream:
-            document = tomllib.load(stream)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from None
-    if "stream_ndcg" in document:
-        others = sorted(set(document) - {"stream_ndcg"})
-        if others:
-            raise ConfigError(f"config file {path}: keys at top level ({', '.join(others)}) beside a "
-                              "[stream_ndcg] table would be ignored: put every setting in one of the two")
-        document = document["stream_ndcg"]
-        if not isinstance(document, dict):
-            raise ConfigError(f"config file {path}: stream_ndcg must be a table of settings")
-    unknown = set(document) - set(known)
-    if unknown:
-        raise ConfigError(f"config file {path}: unknown key(s) {', '.join(sorted(unknown))}"
-                          f"{_suggest(unknown, known)}; `stream-ndcg check-config --help` lists the settings")
-    return dict(document)
 
 
 def shown_default(name: str) -> str:

@@ -20,11 +20,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from stream_ndcg.events import Event, Impression, InvalidEvent, Judgment
+from stream_ndcg.events import Click, Event, Impression, InvalidEvent, Judgment
 from stream_ndcg.metric import Measure, ideal_dcg, list_sums, pooled_ndcg, pooled_sums, score_list
 from stream_ndcg.query_state import Group, QueryState, Revision, revision_of
 from stream_ndcg.rows import Row, group_row
 from stream_ndcg.vocabulary import (
+    CLICK,
     IMPRESSION,
     IMPRESSIONS,
     JUDGMENT,
@@ -92,7 +93,9 @@ class Engine:
         outcome = engine.apply(events, states, known_impressions={}, now_ms=...)
 
     Counts use the keys of `vocabulary`: accepted events by type, duplicates by type and
-    rejections by reason.
+    rejections by reason. A click is counted and nothing else: it neither touches a query's
+    state nor moves the event clock, so a topic carrying clicks gives the numbers of the same
+    topic without them (the click models read clicks: `click_models`).
     """
 
     def __init__(
@@ -143,6 +146,9 @@ class Engine:
         for event in events:
             if isinstance(event, InvalidEvent):
                 outcome.counts[rejected(event.reason)] += 1
+                continue
+            if isinstance(event, Click):
+                outcome.counts[CLICK] += 1
                 continue
             if event_clock and (now_ms is None or event.ts > now_ms):
                 now_ms = outcome.clock_ms = event.ts

@@ -1,13 +1,19 @@
 """The event contract, version 1: frozen events and the parser that guards them.
 
 Each Kafka message value, and each line of a replay file, is one UTF-8 JSON
-object of one of two types::
+object of one of three types::
 
     {"type": "impression", "impression_id": "imp-81", "query_id": "cheap flights",
      "ts": 1763683200000, "results": ["d17", "d4"], "segment": {"variant": "B"},
      "event_id": "e-1"}
     {"type": "judgment", "query_id": "cheap flights", "doc_id": "d4", "grade": 2,
      "ts": 1763683260000, "event_id": "e-2"}
+    {"type": "click", "impression_id": "imp-81", "query_id": "cheap flights",
+     "doc_id": "d4", "ts": 1763683205000, "event_id": "c-1"}
+
+A click is checked here as strictly as the other types, field by field; whether
+its impression exists and showed the document is the click models' question
+(`click_sessions`), not the parser's, and `run` counts clicks without applying them.
 
 `parse_event` never raises for bad input: it returns an `InvalidEvent` whose
 `reason` is a short, bounded code (a Prometheus label value) and whose
@@ -20,14 +26,12 @@ third of the time, and is one object to collect rather than two (no __dict__).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
-import orjson
-
+from stream_ndcg.decoding import PLAIN_BRACKETS, Invalid, plain_object, strict_object
 from stream_ndcg.metric import MAX_ABS_GRADE, MIN_ABS_GRADE
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -85,7 +89,17 @@ def revision_precedence(ts: int, event_id: str | None, grade: float | None) -> t
     return (ts, event_id is not None, event_id or "", grade is not None, grade if grade is not None else 0.0)
 
 
-Event = Impression | Judgment
+class Click(NamedTuple):
+    """A click on a document of an impression (its rank is where that impression showed it)."""
+
+    impression_id: str
+    query_id: str
+    doc_id: str
+    ts: int
+    event_id: str | None = None
+
+
+Event = Impression | Judgment | Click
 
 
 @dataclass(frozen=True)
@@ -96,47 +110,14 @@ class InvalidEvent:
     detail: str = field(default="", compare=False)
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise _DuplicateKey(key)
-        obj[key] = value
-    return obj
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-_decoder = json.JSONDecoder(object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_constant)
-
-
-class _Invalid(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.detail = detail
-
-
 def parse_event(raw: bytes | str | None, limits: Limits = DEFAULT_LIMITS) -> Event | InvalidEvent:
     """Parse one message value into an event, or say why it is rejected."""
     try:
         return _parse(raw, limits)
-    except _Invalid as invalid:
+    except Invalid as invalid:
         return InvalidEvent(invalid.reason, invalid.detail)
     except RecursionError:
         return InvalidEvent("not_json", "nested too deeply")
-
-
-# A message with more '[' than this (within strings or not) is decoded by the strict decoder
-# alone: arrays nested that deep stop it (RecursionError, "nested too deeply") well before
-# orjson's limit of 1024.
-_PLAIN_BRACKETS = 32
 
 
 def _parse(raw: bytes | str | None, limits: Limits) -> Event:
@@ -144,99 +125,37 @@ def _parse(raw: bytes | str | None, limits: Limits) -> Event:
         size, bom = len(raw), raw.startswith(b"\xef\xbb\xbf")
         colons, brackets = raw.count(b":"), raw.count(b"[")
     elif raw is None:
-        raise _Invalid("null_message", "message has no value (tombstone)")
+        raise Invalid("null_message", "message has no value (tombstone)")
     else:
         size, bom = len(raw.encode("utf-8", "surrogatepass")), raw.startswith("\ufeff")
         colons, brackets = raw.count(":"), raw.count("[")
     if size > limits.max_message_bytes:
-        raise _Invalid("message_too_large", f"{size} bytes > {limits.max_message_bytes}")
+        raise Invalid("message_too_large", f"{size} bytes > {limits.max_message_bytes}")
     if bom:
         # JSON forbids a byte order mark; Windows editors and PowerShell write one at a file's start.
-        raise _Invalid("utf8_bom", "starts with a UTF-8 byte order mark (BOM): save the file as UTF-8 without BOM")
-    obj = _plain_object(raw, colons) if brackets <= _PLAIN_BRACKETS else None
+        raise Invalid("utf8_bom", "starts with a UTF-8 byte order mark (BOM): save the file as UTF-8 without BOM")
+    obj = plain_object(raw, colons) if brackets <= PLAIN_BRACKETS else None
     if obj is not None:
         try:
             return _event(obj, limits)
-        except _Invalid:
+        except Invalid:
             # Decided by the strict decoder: orjson reads an integer past 64 bits as a float, so a
             # rejection's reason could differ.
             pass
-    return _event(_strict_object(raw), limits)
-
-
-def _plain_object(raw: bytes | str, colons: int) -> dict[str, Any] | None:
-    """The message's object decoded by orjson, when the strict decoder would find the same; None
-    when it must decide. The usual message takes half the time this way.
-
-    Every colon outside a string ends a key, so a message with exactly as many `colons` as its
-    object and its segment have keys has no other objects, no colons within strings and no key
-    twice (a repeated key would leave fewer keys than colons). Its caller leaves deep arrays to
-    the strict decoder, whose recursion ends below orjson's depth limit. orjson itself refuses
-    what else the strict decoder refuses: invalid UTF-8, NaN and Infinity, an unpaired surrogate
-    escape (`test_events` holds the installed orjson to that)."""
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    if type(obj) is not dict:
-        return None
-    segment = obj.get("segment")
-    keys = len(obj) + len(segment) if type(segment) is dict else len(obj)
-    return obj if colons == keys else None
-
-
-def _strict_object(raw: bytes | str) -> dict[str, Any]:
-    """The message's object, or why it is not one: every rule of JSON and of the contract's
-    encoding, checked by the standard library's decoder."""
-    if isinstance(raw, bytes):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise _Invalid("not_utf8", str(exc)) from None
-    else:
-        try:
-            # A str from Python may hold a lone surrogate itself, not just its JSON escape.
-            raw.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise _Invalid("not_utf8", str(exc)) from None
-        text = raw
-    try:
-        obj = _decoder.decode(text)
-    except _DuplicateKey as exc:
-        raise _Invalid("duplicate_key", f"key {exc} appears twice") from None
-    except ValueError as exc:
-        raise _Invalid("not_json", str(exc)) from None
-    if not isinstance(obj, dict):
-        raise _Invalid("not_object", f"JSON {type(obj).__name__}, not an object")
-    if ("\\ud" in text or "\\uD" in text) and _has_lone_surrogate(obj):
-        # "\ud800" is valid JSON but no UTF-8 string: nothing downstream could store it.
-        raise _Invalid("invalid_string", "a string holds an unpaired UTF-16 surrogate escape")
-    return obj
+    return _event(strict_object(raw), limits)
 
 
 def _event(obj: dict[str, Any], limits: Limits) -> Event:
     kind = obj.get("type")
     if kind is None:
-        raise _Invalid("missing_type", "no 'type' field")
+        raise Invalid("missing_type", "no 'type' field")
     if kind == "impression":
         return _impression(obj, limits)
     if kind == "judgment":
         return _judgment(obj, limits)
-    raise _Invalid("unknown_type", f"type {str(kind)[:64]!r} is neither impression nor judgment")
-
-
-def _has_lone_surrogate(value: Any) -> bool:
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return True
-        return False
-    if isinstance(value, dict):
-        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_lone_surrogate(item) for item in value)
-    return False
+    if kind == "click":
+        return _click(obj, limits)
+    raise Invalid("unknown_type", f"type {str(kind)[:64]!r} is not impression, judgment or click")
 
 
 def _identifier(obj: dict[str, Any], name: str, limits: Limits, *, optional: bool = False) -> Any:
@@ -244,41 +163,41 @@ def _identifier(obj: dict[str, Any], name: str, limits: Limits, *, optional: boo
     if value is None:
         if optional:
             return None
-        raise _Invalid(f"missing_{name}", f"no '{name}' field")
+        raise Invalid(f"missing_{name}", f"no '{name}' field")
     if not isinstance(value, str):
-        raise _Invalid(f"invalid_{name}", f"'{name}' must be a string, got {type(value).__name__}")
+        raise Invalid(f"invalid_{name}", f"'{name}' must be a string, got {type(value).__name__}")
     if not value:
-        raise _Invalid(f"empty_{name}", f"'{name}' is empty")
+        raise Invalid(f"empty_{name}", f"'{name}' is empty")
     if len(value) > limits.max_id_length:
-        raise _Invalid(f"oversize_{name}", f"'{name}' is {len(value)} characters > {limits.max_id_length}")
+        raise Invalid(f"oversize_{name}", f"'{name}' is {len(value)} characters > {limits.max_id_length}")
     return value
 
 
 def _timestamp(obj: dict[str, Any]) -> int:
     value = obj.get("ts")
     if value is None:
-        raise _Invalid("missing_ts", "no 'ts' field")
+        raise Invalid("missing_ts", "no 'ts' field")
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise _Invalid("invalid_ts", f"'ts' must be epoch milliseconds or RFC 3339, got {type(value).__name__}")
+        raise Invalid("invalid_ts", f"'ts' must be epoch milliseconds or RFC 3339, got {type(value).__name__}")
     if isinstance(value, str):
         value = _rfc3339_ms(value)
     if value < 0:
-        raise _Invalid("ts_out_of_range", f"ts {value} is before 1970")
+        raise Invalid("ts_out_of_range", f"ts {value} is before 1970")
     if value > MAX_TS_MS:
-        raise _Invalid("ts_out_of_range", f"ts {value} is after 9999")
+        raise Invalid("ts_out_of_range", f"ts {value} is after 9999")
     return value
 
 
 def _rfc3339_ms(text: str) -> int:
     # fromisoformat accepts more than RFC 3339 (week dates, no 'T'...); insist on its core shape.
     if len(text) < 20 or text[4] != "-" or text[7] != "-" or text[10] not in "Tt ":
-        raise _Invalid("invalid_ts", f"ts {text[:64]!r} is not RFC 3339")
+        raise Invalid("invalid_ts", f"ts {text[:64]!r} is not RFC 3339")
     try:
         moment = datetime.fromisoformat(text.replace("z", "Z"))
     except ValueError:
-        raise _Invalid("invalid_ts", f"ts {text[:64]!r} is not RFC 3339") from None
+        raise Invalid("invalid_ts", f"ts {text[:64]!r} is not RFC 3339") from None
     if moment.tzinfo is None:
-        raise _Invalid("invalid_ts", f"ts {text[:64]!r} has no UTC offset")
+        raise Invalid("invalid_ts", f"ts {text[:64]!r} has no UTC offset")
     return (moment - _EPOCH) // _MILLISECOND
 
 
@@ -322,18 +241,18 @@ def _checked_impression(obj: dict[str, Any], limits: Limits) -> Impression:
     ts = _timestamp(obj)
     results = obj.get("results")
     if results is None:
-        raise _Invalid("missing_results", "no 'results' field")
+        raise Invalid("missing_results", "no 'results' field")
     if not isinstance(results, list):
-        raise _Invalid("invalid_results", f"'results' must be a list, got {type(results).__name__}")
+        raise Invalid("invalid_results", f"'results' must be a list, got {type(results).__name__}")
     if len(results) > limits.max_results:
-        raise _Invalid("oversize_results", f"{len(results)} results > {limits.max_results}")
+        raise Invalid("oversize_results", f"{len(results)} results > {limits.max_results}")
     for doc in results:
         if not isinstance(doc, str):
-            raise _Invalid("invalid_result", f"a result must be a document id string, got {type(doc).__name__}")
+            raise Invalid("invalid_result", f"a result must be a document id string, got {type(doc).__name__}")
         if not doc:
-            raise _Invalid("empty_result", "a result is an empty document id")
+            raise Invalid("empty_result", "a result is an empty document id")
         if len(doc) > limits.max_id_length:
-            raise _Invalid("oversize_result", f"a document id is {len(doc)} characters > {limits.max_id_length}")
+            raise Invalid("oversize_result", f"a document id is {len(doc)} characters > {limits.max_id_length}")
     return Impression(
         impression_id=impression_id,
         query_id=query_id,
@@ -348,14 +267,14 @@ def _segment(value: Any, limits: Limits) -> tuple[tuple[str, str], ...]:
     if value is None:
         return ()
     if not isinstance(value, dict):
-        raise _Invalid("invalid_segment", f"'segment' must be an object, got {type(value).__name__}")
+        raise Invalid("invalid_segment", f"'segment' must be an object, got {type(value).__name__}")
     if len(value) > limits.max_segment_keys:
-        raise _Invalid("oversize_segment", f"{len(value)} segment keys > {limits.max_segment_keys}")
+        raise Invalid("oversize_segment", f"{len(value)} segment keys > {limits.max_segment_keys}")
     for key, item in value.items():
         if not isinstance(item, str):
-            raise _Invalid("invalid_segment", f"segment value of {key[:64]!r} must be a string")
+            raise Invalid("invalid_segment", f"segment value of {key[:64]!r} must be a string")
         if not key or len(key) > limits.max_id_length or len(item) > limits.max_id_length:
-            raise _Invalid("invalid_segment", "segment keys must be non-empty and segment strings short")
+            raise Invalid("invalid_segment", "segment keys must be non-empty and segment strings short")
     return tuple(sorted(value.items()))
 
 
@@ -383,14 +302,37 @@ def _checked_judgment(obj: dict[str, Any], limits: Limits) -> Judgment:
     event_id = _identifier(obj, "event_id", limits, optional=True)
     ts = _timestamp(obj)
     if "grade" not in obj:
-        raise _Invalid("missing_grade", "no 'grade' field (null retracts; absent is an error)")
+        raise Invalid("missing_grade", "no 'grade' field (null retracts; absent is an error)")
     grade = obj["grade"]
     if grade is not None:
         if isinstance(grade, bool) or not isinstance(grade, (int, float)):
-            raise _Invalid("invalid_grade", f"'grade' must be a number or null, got {type(grade).__name__}")
+            raise Invalid("invalid_grade", f"'grade' must be a number or null, got {type(grade).__name__}")
         grade = float(grade) if abs(grade) <= MAX_ABS_GRADE else math.inf
         if not math.isfinite(grade):
-            raise _Invalid("grade_out_of_range", f"|grade| must be at most {MAX_ABS_GRADE:g}")
+            raise Invalid("grade_out_of_range", f"|grade| must be at most {MAX_ABS_GRADE:g}")
         if 0.0 < abs(grade) < MIN_ABS_GRADE:
-            raise _Invalid("grade_out_of_range", f"|grade| must be 0 or at least {MIN_ABS_GRADE:g}")
+            raise Invalid("grade_out_of_range", f"|grade| must be 0 or at least {MIN_ABS_GRADE:g}")
     return Judgment(query_id=query_id, doc_id=doc_id, grade=grade, ts=ts, event_id=event_id)
+
+
+def _click(obj: dict[str, Any], limits: Limits) -> Click:
+    """The click `obj` describes: the usual one recognised at once, as in `_impression`."""
+    impression_id = obj.get("impression_id")
+    query_id = obj.get("query_id")
+    doc_id = obj.get("doc_id")
+    event_id = obj.get("event_id")
+    ts = obj.get("ts")
+    longest = limits.max_id_length
+    if (type(impression_id) is str and 0 < len(impression_id) <= longest
+            and type(query_id) is str and 0 < len(query_id) <= longest
+            and type(doc_id) is str and 0 < len(doc_id) <= longest
+            and (event_id is None or type(event_id) is str and 0 < len(event_id) <= longest)
+            and type(ts) is int and 0 <= ts <= MAX_TS_MS):
+        return Click(impression_id, query_id, doc_id, ts, event_id)
+    return _checked_click(obj, limits)
+
+
+def _checked_click(obj: dict[str, Any], limits: Limits) -> Click:
+    return Click(impression_id=_identifier(obj, "impression_id", limits), query_id=_identifier(obj, "query_id", limits),
+                 doc_id=_identifier(obj, "doc_id", limits), ts=_timestamp(obj),
+                 event_id=_identifier(obj, "event_id", limits, optional=True))

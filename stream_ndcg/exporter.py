@@ -40,7 +40,7 @@ from stream_ndcg.errors import StoreUnavailable
 from stream_ndcg.listener import Listener, respond
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.state.base import StateStore
-from stream_ndcg.vocabulary import EVENT_TYPES, MetricName, duplicate, rejection_reason
+from stream_ndcg.vocabulary import DEDUPLICATED_TYPES, EVENT_TYPES, MetricName, duplicate, rejection_reason
 from stream_ndcg.window_sums import WindowSums
 from stream_ndcg.windows import means, window_buckets
 
@@ -156,6 +156,7 @@ class _StoreCollector(Collector):
                                          "Events delivered again and ignored, by type.", labels=["pipeline", "type"])
         for kind in EVENT_TYPES:
             events.add_metric([*pipeline, kind], counts.get(kind, 0))
+        for kind in DEDUPLICATED_TYPES:
             duplicates.add_metric([*pipeline, kind], counts.get(duplicate(kind), 0))
         for name, n in sorted(counts.items()):
             reason = rejection_reason(name)

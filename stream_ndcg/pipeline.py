@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from stream_ndcg.dead_letters import DeadLetters
 from stream_ndcg.engine import Engine
-from stream_ndcg.events import DEFAULT_LIMITS, Event, Impression, InvalidEvent, Judgment, Limits, parse_event
+from stream_ndcg.events import DEFAULT_LIMITS, Click, Event, Impression, InvalidEvent, Judgment, Limits, parse_event
 from stream_ndcg.segments import SegmentProjector
 from stream_ndcg.source.base import Record
 from stream_ndcg.state.base import Commit, CommitInFlight, DeferredCommit, StateStore
@@ -127,7 +127,8 @@ class BatchPipeline:
         """Load what the events touch and apply them: the commit, not yet written. With the event
         clock the engine's clock goes on from the partition's stored one; `now_ms` is the wall
         clock otherwise (None: no expiry and no too-old rejections)."""
-        valid = [e for e in events if not isinstance(e, InvalidEvent)]
+        # A click is only counted (`Engine.apply`): no state of its query is loaded for it.
+        valid = [e for e in events if not isinstance(e, InvalidEvent | Click)]
         snapshot = self.store.load(
             partition,
             {e.query_id for e in valid},

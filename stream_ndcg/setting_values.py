@@ -118,6 +118,17 @@ def durations(value: Any) -> tuple[int, ...]:
     return windows
 
 
+def thresholds(value: Any) -> tuple[float, ...]:
+    """Three ascending scores, not negative ('0.5,1,2'), or none at all (the model's own)."""
+    try:
+        numbers = tuple(float(v) for v in csv(value))
+    except (Bad, ValueError):
+        raise Bad(f"{value!r} is not a comma-separated list of numbers (example: 0.5,1,2)") from None
+    if numbers and (len(numbers) != 3 or not 0 <= numbers[0] <= numbers[1] <= numbers[2] < float("inf")):
+        raise Bad(f"{value!r}: give three ascending scores, not negative (the bounds of grades 0, 1 and 2)")
+    return numbers
+
+
 def boolean(value: Any) -> bool:
     if isinstance(value, bool):
         return value

@@ -66,10 +66,20 @@ def unjudged_top_at(k: int) -> str:
 # Event counts: accepted events by type, and the ones ignored or refused.
 IMPRESSION: Final = "impression"
 JUDGMENT: Final = "judgment"
-EVENT_TYPES: Final = (IMPRESSION, JUDGMENT)
+CLICK: Final = "click"
+EVENT_TYPES: Final = (IMPRESSION, JUDGMENT, CLICK)
+# The types `run` finds duplicates of: it counts a click and sets it aside, so one topic can carry
+# all three types (the click models find duplicate clicks: `click_sessions`).
+DEDUPLICATED_TYPES: Final = (IMPRESSION, JUDGMENT)
 # The one rejection the engine makes itself (the contract's reasons are in `events`): an event
 # older than the horizon (impressions) or the judgment TTL (judgments).
 TOO_OLD: Final = "too_old"
+# The rejections of a click by the click models (`click_sessions`): its impression never came, did
+# not show the document, was of another query, or its clicks were final already.
+UNKNOWN_IMPRESSION: Final = "unknown_impression"
+NOT_SHOWN: Final = "not_shown"
+QUERY_MISMATCH: Final = "query_mismatch"
+AFTER_SESSION: Final = "after_session"
 _DUPLICATE = "duplicate:"
 _REJECTED = "rejected:"
 

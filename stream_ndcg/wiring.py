@@ -11,9 +11,11 @@ settings object; this module is where the one becomes the other.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, cast
 
 from stream_ndcg import reconfigure
+from stream_ndcg.click_judge import ClickJudge, JudgeSettings
+from stream_ndcg.click_models import Grading, Model
 from stream_ndcg.config import Settings
 from stream_ndcg.consumer import ProcessorOptions
 from stream_ndcg.engine import Engine
@@ -51,6 +53,18 @@ def batch_pipeline(settings: Settings, store: StateStore, engine: Engine, *, req
         event_clock=settings.clock == "event" if event_clock is None else event_clock,
         projector=SegmentProjector(store, settings.segment_labels, settings.segment_cap),
         dead_letters=dead_letters)
+
+
+def click_judge(settings: Settings) -> ClickJudge:
+    """The click model of the settings: its grading, horizon, buckets, ranks, session and interval; an
+    impression id is remembered for duplicates as long as `run` remembers it (`dedup_horizon`)."""
+    thresholds = settings.click_thresholds
+    grading = Grading(cast(Model, settings.click_model), settings.click_min_impressions,
+                      cast(Literal["thresholds", "score"], settings.click_grade),
+                      (thresholds[0], thresholds[1], thresholds[2]) if thresholds else None)
+    return ClickJudge(JudgeSettings(grading, horizon_ms=settings.click_horizon, bucket_ms=settings.click_bucket,
+                                    max_rank=settings.click_max_rank, session_ms=settings.click_session,
+                                    interval_ms=settings.judge_interval, dedup_ms=settings.dedup_horizon))
 
 
 def processor_options(settings: Settings) -> ProcessorOptions:

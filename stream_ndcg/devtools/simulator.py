@@ -7,6 +7,13 @@ share of the shown documents, and now and then an unshown one, seconds to
 hours of event time later; some judgments are revised or retracted; a share
 of the messages is malformed. Same seed, same events.
 
+With `clicks`, users click too, by a position-based model: the result at rank
+r is examined with probability r ** -examination_decay and, once examined,
+clicked with the attractiveness of its hidden true grade; each click comes
+seconds after its search, and a few are delivered twice. Clicks draw from a
+random stream of their own and do not advance event time, so the other events
+are the same with clicks as without.
+
     for key, value in Simulator(SimulationSpec(events=1000, seed=7)).messages():
         producer.send("search-events", key=key, value=value)
 """
@@ -33,7 +40,8 @@ MALFORMED = (
 
 @dataclass(frozen=True)
 class SimulationSpec:
-    """What to generate. `rate` is events (impressions and judgments) per second of event time."""
+    """What to generate. `rate` is events (impressions and judgments) per second of event time: clicks
+    come on top."""
 
     events: int = 10_000
     seed: int = 1
@@ -52,6 +60,12 @@ class SimulationSpec:
     start_ms: int = 1_763_683_200_000
     max_delay_ms: int = 3_600_000
     engines: tuple[str, ...] = field(default=())
+    clicks: bool = False
+    # P(examined) at rank r = r ** -examination_decay; P(clicked | examined) by true grade 0..3.
+    examination_decay: float = 1.0
+    attractiveness: tuple[float, float, float, float] = (0.05, 0.2, 0.5, 0.8)
+    max_click_delay_ms: int = 60_000
+    repeated_click_share: float = 0.02
 
 
 class Simulator:
@@ -69,6 +83,9 @@ class Simulator:
         weights = [1.0 / (rank**spec.zipf_exponent) for rank in range(1, spec.queries + 1)]
         self._cumulative = list(itertools.accumulate(weights))
         self._truth: dict[int, list[float]] = {}
+        # Clicks draw from a stream of their own, so that the other events do not change with them.
+        self._click_random = random.Random(f"{spec.seed}:clicks")  # noqa: S311
+        self._click_serial = itertools.count()
 
     def _query(self) -> int:
         point = self._random.random() * self._cumulative[-1]
@@ -82,6 +99,23 @@ class Simulator:
                       for _ in range(self.spec.docs_per_query)]
             self._truth[query] = grades
         return grades
+
+    def _clicks(self, impression_id: str, query_id: str, now: int, results: list[str],
+                grades: list[float]) -> Iterator[tuple[int, int, bytes, bytes]]:
+        """The clicks on one search, by the position-based model, each as a heap entry."""
+        spec = self.spec
+        rnd = self._click_random
+        for rank, (doc, grade) in enumerate(zip(results, grades, strict=True), start=1):
+            if rnd.random() < rank ** -spec.examination_decay * spec.attractiveness[int(grade)]:
+                ts = now + rnd.randint(1_000, spec.max_click_delay_ms)
+                number = next(self._click_serial)
+                click = {"type": "click", "impression_id": impression_id, "query_id": query_id, "doc_id": doc,
+                         "ts": ts, "event_id": f"k{spec.seed}-{number}"}
+                value = json.dumps(click).encode()
+                key = query_id.encode()
+                yield ts, 2 * number, key, value
+                if rnd.random() < spec.repeated_click_share:
+                    yield ts + rnd.randint(0, 5_000), 2 * number + 1, key, value
 
     def messages(self) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) pairs, `spec.events` of them: key the query id, value the JSON event,
@@ -101,15 +135,19 @@ class Simulator:
     def _events(self) -> Iterator[tuple[bytes, bytes]]:
         spec = self.spec
         rnd = self._random
-        # Judgments wait in a heap until the event clock passes their time.
+        # Judgments wait in a heap until the event clock passes their time; clicks in one of their own.
         pending: list[tuple[int, int, bytes, bytes]] = []
+        clicks: list[tuple[int, int, bytes, bytes]] = []
         serial = itertools.count()
         step = 1000.0 / spec.rate
         impression = 0
         events = 0
         while True:
             now = self.clock() if self.clock is not None else spec.start_ms + int(events * step)
-            while pending and pending[0][0] <= now:
+            while pending and pending[0][0] <= now or clicks and clicks[0][0] <= now:
+                if clicks and clicks[0][0] <= now and (not pending or clicks[0][0] < pending[0][0]):
+                    yield heapq.heappop(clicks)[2:]
+                    continue
                 _, _, key, value = heapq.heappop(pending)
                 yield key, value
                 events += 1
@@ -131,6 +169,10 @@ class Simulator:
                 "segment": segment,
             }
             yield key, json.dumps(event).encode()
+            if spec.clicks:
+                for click in self._clicks(f"i{spec.seed}-{impression}", f"q{query}", now, [f"d{d}" for d in shown],
+                                          [grades[d] for d in shown]):
+                    heapq.heappush(clicks, click)
             impression += 1
             events += 1
             judged = [d for d in shown if rnd.random() < spec.judged_share]

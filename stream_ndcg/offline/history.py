@@ -41,7 +41,7 @@ from prometheus_client import CollectorRegistry
 from stream_ndcg import wiring
 from stream_ndcg.config import Settings, add_setting_flags, flag_name
 from stream_ndcg.errors import ConfigError
-from stream_ndcg.events import Event, InvalidEvent
+from stream_ndcg.events import Click, Event, InvalidEvent
 from stream_ndcg.exporter import Exporter, WindowView
 from stream_ndcg.source.local import LocalRecord
 from stream_ndcg.state.memory import MemoryStore
@@ -152,7 +152,8 @@ class History:
     def add(self, raw: bytes | str) -> None:
         value = raw.encode() if isinstance(raw, str) else raw
         event = self.pipeline.parse(LocalRecord(PARTITION, 0, self._offset, None, value), self.now_ms)
-        if not isinstance(event, InvalidEvent):
+        # A click moves no clock of the service (`engine.Engine.apply`).
+        if not isinstance(event, InvalidEvent | Click):
             bucket = self.engine.bucket_of(event.ts)
             if self._clock_bucket is None:
                 self._clock_bucket = bucket

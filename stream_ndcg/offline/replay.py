@@ -13,6 +13,14 @@ partition's).
     for line in open("events.jsonl", "rb"):
         replay.add(line)
     print(replay.summary())
+
+With a `click_judge.ClickJudge` the judgments come from the clicks instead: the
+impressions and clicks go to the judge in file order, and each judgment it decides
+at a boundary of its clock is applied as a judgment event of the file would be, as
+`run` would apply the judge's (the file's own judgment events are counted and set
+aside). The judge's clock is the file's, so the judgments are those of `judge` on
+one partition with the event clock: events after the last boundary it passed are in
+none of them.
 """
 
 from __future__ import annotations
@@ -23,12 +31,14 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
+from stream_ndcg.click_judge import ClickJudge, ClickJudgment
 from stream_ndcg.drilldown.index import figures
-from stream_ndcg.events import DEFAULT_LIMITS, Impression, InvalidEvent, Limits, parse_event
+from stream_ndcg.events import DEFAULT_LIMITS, Click, Impression, InvalidEvent, Judgment, Limits, parse_event
 from stream_ndcg.metric import ListScore, ListScorer, Measure, ndcg_sums
 from stream_ndcg.rows import add_into, group_tops, impression_row, row_fields
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.vocabulary import (
+    CLICK,
     IMPRESSION,
     IMPRESSIONS,
     JUDGMENT,
@@ -51,13 +61,21 @@ class Replay:
 
     def __init__(self, measure: Measure, limits: Limits = DEFAULT_LIMITS,
                  tap: Callable[[bytes | str], None] | None = None, *,
-                 dedup_horizon_ms: int | None = None, bucket_ms: int = 60_000) -> None:
+                 dedup_horizon_ms: int | None = None, bucket_ms: int = 60_000,
+                 click_judge: ClickJudge | None = None,
+                 on_click_judgment: Callable[[ClickJudgment], None] | None = None) -> None:
         self.measure = measure
         self.dedup_horizon_ms = dedup_horizon_ms
         self.bucket_ms = bucket_ms
         self.limits = limits
-        # Given every message, in order, before it is parsed: `offline.history.History.add` replays them too.
+        # Given every message applied, in order, and the judgments from clicks as they are decided:
+        # `offline.history.History.add` replays them too.
         self.tap = tap
+        # Judgments from clicks instead of the files' (`click_judge.ClickJudge`), and who sees each.
+        self.click_judge = click_judge
+        self.on_click_judgment = on_click_judgment
+        # The files' judgment events, counted and not applied when the judgments come from clicks.
+        self.set_aside = 0
         # The replay holds every event it keeps as a plain tuple of its fields: the garbage collector
         # may stop tracking a tuple of strings and numbers, never a named tuple (or a dataclass),
         # and its full passes over every event held took a fifth of a replay with dataclasses.
@@ -69,6 +87,8 @@ class Replay:
         self._revisions: set[tuple[Any, ...]] = set()
         self.duplicates: Counter[str] = Counter()
         self.rejected: Counter[str] = Counter()
+        # Clicks, counted and set aside as the service sets them aside (no clock moves for them).
+        self.clicks = 0
         # The smallest event time applied, to notice files written in epoch seconds.
         self.earliest_ts: int | None = None
         # The newest: where the event clock of the service would stand.
@@ -76,12 +96,33 @@ class Replay:
 
     def add(self, raw: bytes | str) -> InvalidEvent | None:
         """Apply one message; return its rejection, if any."""
+        event = parse_event(raw, self.limits)
+        if self.click_judge is not None and isinstance(event, Judgment):
+            self.set_aside += 1
+            return None
         if self.tap is not None:
             self.tap(raw)
-        event = parse_event(raw, self.limits)
         if isinstance(event, InvalidEvent):
             self.rejected[event.reason] += 1
             return event
+        if self.click_judge is not None and isinstance(event, Impression | Click):
+            for judgment in self.click_judge.add(event):
+                self._click_judgment(judgment)
+        if isinstance(event, Click):
+            self.clicks += 1
+            return None
+        self._apply(event)
+        return None
+
+    def _click_judgment(self, judgment: ClickJudgment) -> None:
+        """Apply a judgment decided from clicks, as `run` applies the judge's."""
+        if self.tap is not None:
+            self.tap(json.dumps(judgment.message()))
+        if self.on_click_judgment is not None:
+            self.on_click_judgment(judgment)
+        self._apply(judgment.judgment())
+
+    def _apply(self, event: Impression | Judgment) -> None:
         ts = event.ts
         if self.earliest_ts is None or ts < self.earliest_ts:
             self.earliest_ts = ts
@@ -97,13 +138,13 @@ class Replay:
                 # Remembered from the clock's bucket, as the service remembers it.
                 self._impression_buckets[event.impression_id] = clock // self.bucket_ms
                 self._impressions.append(tuple(event))
-            return None
+            return
         revisions = self._revisions
         held = len(revisions)
         revisions.add(tuple(event))
         if len(revisions) == held:
             self.duplicates[JUDGMENT] += 1
-            return None
+            return
         winners = self._winners.get(event.query_id)
         if winners is None:
             winners = self._winners[event.query_id] = {}
@@ -111,7 +152,6 @@ class Replay:
         precedence = event.precedence
         if current is None or precedence > current[0]:
             winners[event.doc_id] = (precedence, event.grade)
-        return None
 
     def grades(self, query_id: str) -> dict[str, float]:
         return {doc: grade for doc, (_, grade) in self._winners.get(query_id, {}).items() if grade is not None}
@@ -211,9 +251,12 @@ class Replay:
             "events": {
                 IMPRESSION: len(self._impressions),
                 JUDGMENT: len(self._revisions),
+                CLICK: self.clicks,
                 "duplicate": sum(self.duplicates.values()),
                 "rejected": dict(sorted(self.rejected.items())),
             },
+            **({"click_judgments": {**self.click_judge.summary(), "set_aside": self.set_aside}}
+               if self.click_judge is not None else {}),
         }
 
 

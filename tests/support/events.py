@@ -8,6 +8,8 @@ IMPRESSION = {"type": "impression", "impression_id": "imp-81", "query_id": "chea
               "results": ["d17", "d4", "d99"], "segment": {"variant": "B"}, "event_id": "e-1"}
 JUDGMENT = {"type": "judgment", "query_id": "cheap flights", "doc_id": "d4", "grade": 2, "ts": 1763683260000,
             "event_id": "e-2"}
+CLICK = {"type": "click", "impression_id": "imp-81", "query_id": "cheap flights", "doc_id": "d4", "ts": 1763683205000,
+         "event_id": "c-1"}
 
 
 def encode(obj: object) -> bytes:
@@ -33,7 +35,8 @@ BAD: list[tuple[str, bytes | str | None, str]] = [
     ("duplicate segment key", encode(IMPRESSION | {"segment": {}}).replace(b"{}", b'{"v": "A", "v": "B"}'),
      "duplicate_key"),
     ("no type", encode(without(IMPRESSION, "type")), "missing_type"),
-    ("unknown type", encode(IMPRESSION | {"type": "click"}), "unknown_type"),
+    ("unknown type", encode(IMPRESSION | {"type": "view"}), "unknown_type"),
+    ("type in capitals", encode(CLICK | {"type": "Click"}), "unknown_type"),
     ("type not a string", encode(IMPRESSION | {"type": 3}), "unknown_type"),
     ("no impression_id", encode(without(IMPRESSION, "impression_id")), "missing_impression_id"),
     ("impression_id number", encode(IMPRESSION | {"impression_id": 7}), "invalid_impression_id"),
@@ -46,6 +49,17 @@ BAD: list[tuple[str, bytes | str | None, str]] = [
     ("empty doc_id", encode(JUDGMENT | {"doc_id": ""}), "empty_doc_id"),
     ("event_id number", encode(JUDGMENT | {"event_id": 5}), "invalid_event_id"),
     ("empty event_id", encode(JUDGMENT | {"event_id": ""}), "empty_event_id"),
+    ("click without impression_id", encode(without(CLICK, "impression_id")), "missing_impression_id"),
+    ("click impression_id number", encode(CLICK | {"impression_id": 81}), "invalid_impression_id"),
+    ("click without query_id", encode(without(CLICK, "query_id")), "missing_query_id"),
+    ("click without doc_id", encode(without(CLICK, "doc_id")), "missing_doc_id"),
+    ("click doc_id list", encode(CLICK | {"doc_id": ["d4"]}), "invalid_doc_id"),
+    ("click oversize doc_id", encode(CLICK | {"doc_id": "d" * 513}), "oversize_doc_id"),
+    ("click empty event_id", encode(CLICK | {"event_id": ""}), "empty_event_id"),
+    ("click without ts", encode(without(CLICK, "ts")), "missing_ts"),
+    ("click ts float", encode(CLICK | {"ts": 1763683205000.5}), "invalid_ts"),
+    ("click ts before 1970", encode(CLICK | {"ts": -5}), "ts_out_of_range"),
+    ("click lone surrogate", encode(CLICK).replace(b'"d4"', b'"\\udc00"'), "invalid_string"),
     ("no ts", encode(without(JUDGMENT, "ts")), "missing_ts"),
     ("ts float", encode(JUDGMENT | {"ts": 1.5}), "invalid_ts"),
     ("ts boolean", encode(JUDGMENT | {"ts": True}), "invalid_ts"),

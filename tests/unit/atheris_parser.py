@@ -20,10 +20,10 @@ import sys
 import atheris
 
 with atheris.instrument_imports(include=["stream_ndcg"]):
-    from stream_ndcg.events import DEFAULT_LIMITS, Impression, InvalidEvent, Judgment, Limits, parse_event
+    from stream_ndcg.events import DEFAULT_LIMITS, Click, Impression, InvalidEvent, Judgment, Limits, parse_event
 
 SELFTEST = os.environ.get("STREAM_NDCG_FUZZ_SELFTEST") == "1"
-ALLOWED_OUTCOMES = (Judgment, InvalidEvent) if SELFTEST else (Impression, Judgment, InvalidEvent)
+ALLOWED_OUTCOMES = (Judgment, Click, InvalidEvent) if SELFTEST else (Impression, Judgment, Click, InvalidEvent)
 
 
 def tight_limits(provider: atheris.FuzzedDataProvider) -> Limits:

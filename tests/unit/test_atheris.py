@@ -24,6 +24,7 @@ HAND_WRITTEN_SEEDS = [
     b'{"type":"judgment","query_id":"q\\ud800","doc_id":"d","grade":1,"ts":1}',
     b'{"type":"judgment","query_id":"q","doc_id":"d","grade":NaN,"ts":-Infinity}',
     b'{"type":"impression","impression_id":"i","query_id":"q","ts":"2026-11-22T10:00:00","results":["a"]}',
+    b'{"type":"click","impression_id":"i","query_id":"q","doc_id":"a","ts":"2026-11-22T10:00:05Z","event_id":"c"}',
     b"[" * 3000,
 ]
 

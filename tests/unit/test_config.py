@@ -50,10 +50,20 @@ def test_defaults() -> None:
     ({"redis_cluster": "sometimes"}, "boolean"),
     ({"group_id": "team/search"}, "namespace \\(by default the group id\\)"),
     ({"colour": "blue"}, "unknown setting"),
+    ({"click_model": "dbn"}, "click_model"),
+    ({"click_thresholds": "1,0.5,2"}, "three ascending scores"),
+    ({"click_thresholds": "0.5,1"}, "three ascending scores"),
+    ({"click_thresholds": "low,mid,high"}, "numbers"),
+    ({"click_max_rank": "0"}, "out of range"),
 ])
 def test_invalid_settings_are_refused_with_a_reason(flags: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         Settings.load(flags=flags)
+
+
+def test_click_thresholds_are_three_ascending_scores_or_the_models_own() -> None:
+    assert Settings.load(flags={"click_thresholds": "0.5, 1, 2.5"}).click_thresholds == (0.5, 1.0, 2.5)
+    assert Settings.load().click_thresholds == ()
 
 
 def test_the_namespace_is_the_group_id_unless_set() -> None:

@@ -9,10 +9,19 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from stream_ndcg import events
-from stream_ndcg.events import DEFAULT_LIMITS, MAX_TS_MS, Impression, InvalidEvent, Judgment, Limits, parse_event
+from stream_ndcg import decoding, events
+from stream_ndcg.events import (
+    DEFAULT_LIMITS,
+    MAX_TS_MS,
+    Click,
+    Impression,
+    InvalidEvent,
+    Judgment,
+    Limits,
+    parse_event,
+)
 from stream_ndcg.metric import MAX_ABS_GRADE, MIN_ABS_GRADE
-from tests.support.events import BAD, IMPRESSION, JUDGMENT, encode, without
+from tests.support.events import BAD, CLICK, IMPRESSION, JUDGMENT, encode, without
 
 
 def test_the_contract_examples_parse() -> None:
@@ -21,6 +30,16 @@ def test_the_contract_examples_parse() -> None:
         segment=(("variant", "B"),), event_id="e-1")
     assert parse_event(encode(JUDGMENT)) == Judgment(
         query_id="cheap flights", doc_id="d4", grade=2.0, ts=1763683260000, event_id="e-2")
+    assert parse_event(encode(CLICK)) == Click(
+        impression_id="imp-81", query_id="cheap flights", doc_id="d4", ts=1763683205000, event_id="c-1")
+
+
+def test_a_click_takes_the_optional_fields_and_times_of_the_other_types() -> None:
+    click = parse_event(encode(without(CLICK, "event_id") | {"ts": "2025-11-21T00:00:05Z", "rank": 2}))
+    assert click == Click("imp-81", "cheap flights", "d4", 1763683205000)
+    # Its fast recognition and its field-by-field checks build the same click.
+    text = json.dumps(CLICK, separators=(", ", ": ")).replace('"d4"', '"d:4"')
+    assert parse_event(text) == Click("imp-81", "cheap flights", "d:4", 1763683205000, "c-1")
 
 
 def test_optional_fields_and_rfc3339_times() -> None:
@@ -60,7 +79,7 @@ def test_a_str_holding_a_lone_surrogate_itself_is_not_utf8() -> None:
 @given(st.binary(max_size=300))
 def test_no_bytes_make_the_parser_raise(raw: bytes) -> None:
     event = parse_event(raw)
-    assert isinstance(event, Impression | Judgment | InvalidEvent)
+    assert isinstance(event, Impression | Judgment | Click | InvalidEvent)
     if not isinstance(event, InvalidEvent):
         json.dumps(event._asdict(), ensure_ascii=False).encode("utf-8")  # whatever is accepted can be stored
 
@@ -85,10 +104,11 @@ def faults(obj: dict[str, object]) -> set[str]:
     if _holds_infinity(obj):
         return {"not_json"}
     kind = obj["type"]
-    if kind not in ("impression", "judgment"):
+    if kind not in ("impression", "judgment", "click"):
         return {"unknown_type"}
     found: set[str] = set()
-    names = ("impression_id", "query_id") if kind == "impression" else ("query_id", "doc_id")
+    names = {"impression": ("impression_id", "query_id"), "judgment": ("query_id", "doc_id"),
+             "click": ("impression_id", "query_id", "doc_id")}[kind]
     for name in (*names, "event_id"):
         value = obj.get(name)
         if value is None:
@@ -112,6 +132,8 @@ def faults(obj: dict[str, object]) -> set[str]:
         found.add("ts_out_of_range")
     if kind == "impression":
         found |= _result_faults(obj.get("results")) | _segment_faults(obj.get("segment"))
+    elif kind == "click":
+        pass
     elif "grade" not in obj:
         found.add("missing_grade")
     elif (grade := obj["grade"]) is not None:
@@ -175,9 +197,12 @@ WELL_FORMED: dict[str, st.SearchStrategy[object]] = {
 }
 
 
-def expected_event(obj: dict[str, object]) -> Impression | Judgment:
+def expected_event(obj: dict[str, object]) -> Impression | Judgment | Click:
     """The event a valid object describes, built without the parser."""
     fields: dict[str, Any] = obj
+    if fields["type"] == "click":
+        return Click(impression_id=fields["impression_id"], query_id=fields["query_id"], doc_id=fields["doc_id"],
+                     ts=fields["ts"], event_id=fields.get("event_id"))
     if fields["type"] == "impression":
         segment = fields.get("segment") or {}
         return Impression(impression_id=fields["impression_id"], query_id=fields["query_id"], ts=fields["ts"],
@@ -192,7 +217,7 @@ def expected_event(obj: dict[str, object]) -> Impression | Judgment:
 def event_like_objects(draw: st.DrawFn) -> dict[str, object]:
     """Objects with the fields of events, each well-formed, absent or any JSON value; mostly well-formed,
     so that valid events and objects with a single fault are drawn as well as ones wrong everywhere."""
-    obj: dict[str, object] = {"type": draw(st.sampled_from(["impression", "judgment", "other"]))}
+    obj: dict[str, object] = {"type": draw(st.sampled_from(["impression", "judgment", "click", "other"]))}
     for name, well_formed in WELL_FORMED.items():
         choice = draw(st.sampled_from(["well-formed", "well-formed", "well-formed", "absent", "any"]))
         if choice != "absent":
@@ -226,11 +251,11 @@ def test_a_byte_order_mark_has_its_own_reason_in_bytes_and_in_str() -> None:
         assert "without BOM" in event.detail
 
 
-def strictly(raw: bytes | str) -> Impression | Judgment | InvalidEvent:
+def strictly(raw: bytes | str) -> Impression | Judgment | Click | InvalidEvent:
     """What the standard library's decoder alone makes of a message: the parser's other way."""
     try:
-        return events._event(events._strict_object(raw), DEFAULT_LIMITS)
-    except events._Invalid as invalid:
+        return events._event(decoding.strict_object(raw), DEFAULT_LIMITS)
+    except decoding.Invalid as invalid:
         return InvalidEvent(invalid.reason, invalid.detail)
     except RecursionError:
         return InvalidEvent("not_json", "nested too deeply")
@@ -291,7 +316,7 @@ def test_an_integer_past_64_bits_keeps_the_strict_decoders_reason() -> None:
 def outcome(check: Any, obj: dict[str, object], limits: Limits) -> object:
     try:
         return check(obj, limits)
-    except events._Invalid as invalid:
+    except decoding.Invalid as invalid:
         return invalid.reason
 
 
@@ -302,10 +327,11 @@ tight_limits = st.builds(Limits, max_results=st.integers(0, 5), max_id_length=st
 @given(event_like_objects(), st.sampled_from([DEFAULT_LIMITS]) | tight_limits)
 def test_the_usual_event_is_recognised_as_the_field_by_field_checks_find_it(
         obj: dict[str, object], limits: Limits) -> None:
-    """`_impression` and `_judgment` accept at once only what their field-by-field checks accept,
-    and build the same event; the checks alone say why anything else is rejected."""
+    """`_impression`, `_judgment` and `_click` accept at once only what their field-by-field checks
+    accept, and build the same event; the checks alone say why anything else is rejected."""
     assert outcome(events._impression, obj, limits) == outcome(events._checked_impression, obj, limits)
     assert outcome(events._judgment, obj, limits) == outcome(events._checked_judgment, obj, limits)
+    assert outcome(events._click, obj, limits) == outcome(events._checked_click, obj, limits)
 
 
 @pytest.mark.parametrize("depth", [30, 40, 1000])

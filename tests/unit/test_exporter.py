@@ -52,6 +52,7 @@ def test_window_gauges_and_counters() -> None:
         event(type="impression", impression_id="new", query_id="q", ts=T0 + 30 * MINUTE, results=["b", "a"],
               segment={"variant": "A"}),
         event(type="judgment", query_id="q", doc_id="a", grade=1, ts=T0 + 30 * MINUTE),
+        event(type="click", impression_id="new", query_id="q", doc_id="a", ts=T0 + 30 * MINUTE),
         b"oops",
     ])
 
@@ -69,6 +70,9 @@ def test_window_gauges_and_counters() -> None:
     assert get("stream_ndcg_judged_ratio_numerator", k="10", window="1h", variant="A") == 0.2
     assert get("stream_ndcg_events_total", type="impression") == 2
     assert get("stream_ndcg_events_total", type="judgment") == 1
+    # Counted, never applied nor rejected: `run` leaves clicks to the click models.
+    assert get("stream_ndcg_events_total", type="click") == 1
+    assert get("stream_ndcg_events_duplicate_total", type="click") is None
     assert get("stream_ndcg_events_rejected_total", reason="not_json") == 1
     assert get("stream_ndcg_events_duplicate_total", type="impression") == 0
 

@@ -6,12 +6,14 @@
   replay after every batch, whatever the batch boundaries, and so it does with a
   dedup horizon over resent impressions;
 - states kept in memory from batch to batch (as the Redis store's cache keeps
-  them) write the same drill-down rows as states read back from their stored form.
+  them) write the same drill-down rows as states read back from their stored form;
+- clicks in the stream are counted and change nothing else of the service's state.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -219,3 +221,37 @@ def test_states_kept_from_batch_to_batch_write_the_rows_of_states_read_back(
         for (query_id, bucket, segment), row in outcome.rows.items():
             read_back = state_from_fields(state_fields(kept[query_id]))
             assert row == group_row(read_back.groups[(bucket, segment)], read_back.grades(), measure.cutoffs)
+
+
+@st.composite
+def clicks(draw: st.DrawFn) -> dict[str, Any]:
+    """Clicks of any impression id and time, shown or not: `run` applies none of them."""
+    return {"type": "click", "impression_id": draw(st.sampled_from(["i0", "i1", "i9"])),
+            "query_id": draw(st.sampled_from(QUERIES)), "doc_id": draw(st.sampled_from(DOCS)),
+            # Up to ten minutes past the other events: a click that moved the event clock would expire groups.
+            "ts": draw(st.integers(0, 10)) * 60_000}
+
+
+@given(event_streams(), st.lists(clicks(), max_size=10), st.data(), measures,
+       st.lists(st.integers(1, 6), min_size=50, max_size=50))
+def test_run_counts_clicks_and_applies_none_of_them(
+        messages: list[bytes], extra: list[dict[str, Any]], data: st.DataObject, measure: Measure,
+        batch_sizes: list[int]) -> None:
+    with_clicks = list(messages)
+    for click in extra:
+        with_clicks.insert(data.draw(st.integers(0, len(with_clicks))), json.dumps(click).encode())
+    stores = []
+    for stream in (messages, with_clicks):
+        # The event clock and a horizon of two minutes: whatever moved the clock would drop groups.
+        engine = Engine(measure, horizon_ms=120_000, dedup_horizon_ms=60_000)
+        store = MemoryStore(horizon_ms=120_000, dedup_horizon_ms=60_000)
+        epoch = store.claim("t:0")
+        for batch, position in in_batches(stream, batch_sizes):
+            apply_batch(store, engine, "t:0", parsed(batch), epoch=epoch, next_offset=position, event_clock=True)
+        stores.append(store)
+    without, clicked = stores
+    assert clicked.counts() == without.counts() + Counter({"click": len(extra)})
+    # Batches end elsewhere with the clicks among them, so sums may differ in their last bits.
+    ours, theirs = clicked.aggregates(), without.aggregates()
+    assert all(abs(ours.get(key, 0.0) - theirs.get(key, 0.0)) <= 1e-9 for key in ours.keys() | theirs.keys())
+    assert clicked.clock_ms() == without.clock_ms()

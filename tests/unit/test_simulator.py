@@ -6,6 +6,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from stream_ndcg.cli import main
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.metric import Measure
@@ -79,3 +81,32 @@ def test_with_a_clock_every_event_carries_the_time_it_is_generated() -> None:
             # A judgment waits until the clock has passed its time.
             assert event["ts"] <= now[0]
     assert kinds["judgment"] > 0
+
+
+def test_clicks_follow_the_position_based_model_and_leave_the_other_events_as_they_were() -> None:
+    plain = list(Simulator(SimulationSpec(events=6_000, seed=8, rate=20.0)).messages())
+    clicked = list(Simulator(SimulationSpec(events=12_000, seed=8, rate=20.0, clicks=True)).messages())
+    others = [m for m in clicked if json.loads(m[1])["type"] != "click"]
+    assert others[: len(plain)] == plain
+    searches = {e["impression_id"]: e for e in map(json.loads, (v for _, v in clicked)) if e["type"] == "impression"}
+    ranks: Counter[int] = Counter()
+    for event in (json.loads(v) for _, v in clicked):
+        if event["type"] == "click":
+            search = searches[event["impression_id"]]
+            assert search["query_id"] == event["query_id"] and 0 < event["ts"] - search["ts"] <= 65_000
+            ranks[search["results"].index(event["doc_id"]) + 1] += 1
+    # Examined with probability 1/rank, and the better documents are ranked higher.
+    assert ranks[1] > 2 * ranks[3] > 0 and ranks[3] > ranks[10]
+
+
+def test_click_judgments_rank_the_better_variant_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sim.jsonl"
+    # 30,000 messages at 10 events a second: about half an hour of event time.
+    assert main(["simulate", "--events", "30000", "--seed", "3", "--rate", "10", "--clicks", "--output", str(out)]) == 0
+    for model in ("coec", "sdbn"):
+        flags = ["--click-model", model, "--judge-interval", "5m", "--click-session", "2m"]
+        assert main(["replay", str(out), *flags]) == 0
+        summary = json.loads(capsys.readouterr().out)
+        by_variant = summary["by_segment"]["variant"]
+        assert summary["click_judgments"]["judgments"] > 100, model
+        assert by_variant["A"]["10"]["ndcg_mean"] > by_variant["B"]["10"]["ndcg_mean"] + 0.1, model

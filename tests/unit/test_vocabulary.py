@@ -30,7 +30,7 @@ def test_stored_names_keep_their_spelling() -> None:
     assert (vocabulary.IMPRESSIONS, dcg_at(5), ndcg_at(5), scored_at(5), judged_at(5)) == (
         "impressions", "dcg@5", "ndcg@5", "scored@5", "judged@5")
     assert (vocabulary.EVENT_TYPES, duplicate("judgment"), rejected("too_old")) == (
-        ("impression", "judgment"), "duplicate:judgment", "rejected:too_old")
+        ("impression", "judgment", "click"), "duplicate:judgment", "rejected:too_old")
     assert (vocabulary.MISSING, vocabulary.OVERFLOW) == ("none", "other")
     assert full_segment_key((("variant", "B"), ("engine", "web"))) == '{"engine":"web","variant":"B"}'
 
