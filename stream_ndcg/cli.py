@@ -208,11 +208,18 @@ def cmd_dev(args: argparse.Namespace) -> int:
     from stream_ndcg.devtools import dev_stack
 
     if args.action == "up":
-        state = dev_stack.dev_up(args.kafka_port, args.redis_port, redis_cluster=args.redis_cluster)
+        if args.kafka_port and args.brokers > 1 or args.replicas and not args.redis_cluster:
+            print("stream-ndcg dev up: --kafka-port goes with one broker, --replicas with --redis-cluster",
+                  file=sys.stderr)
+            return 2
+        state = dev_stack.dev_up(args.kafka_port, args.redis_port, redis_cluster=args.redis_cluster,
+                                 brokers=args.brokers, replicas=args.replicas)
         print(f"kafka  {state['bootstrap_servers']}  (STREAM_NDCG_BOOTSTRAP_SERVERS)")
         print(f"redis  {state['redis_url']}  (STREAM_NDCG_REDIS_URL)")
+        if args.brokers > 1:
+            print(f"       a KRaft cluster of {args.brokers} nodes, topics at replication {args.brokers}")
         if args.redis_cluster:
-            print("       a cluster of 3 masters  (STREAM_NDCG_REDIS_CLUSTER=true)")
+            print(f"       a cluster of 3 masters, {args.replicas} replica(s) each  (STREAM_NDCG_REDIS_CLUSTER=true)")
         print("stop both with: stream-ndcg dev down")
         return 0
     if not dev_stack.dev_down():
@@ -312,6 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--kafka-port", type=int)
     dev.add_argument("--redis-port", type=int, help="the port of the one Redis server (not with --redis-cluster)")
     dev.add_argument("--redis-cluster", action="store_true", help="a Redis Cluster of three masters instead")
+    dev.add_argument("--brokers", type=int, choices=(1, 3), default=1,
+                     help="Kafka nodes: 1, or a KRaft cluster of 3 (every topic at replication 3, min.insync 2)")
+    dev.add_argument("--replicas", type=int, choices=(0, 1), default=0,
+                     help="replicas of each Redis Cluster master (with --redis-cluster)")
     dev.set_defaults(handler=cmd_dev)
 
     demo = sub.add_parser("demo", help="Kafka, Redis, the service and simulated traffic, with a live view")

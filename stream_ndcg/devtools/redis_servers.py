@@ -114,8 +114,9 @@ class RedisServer(LocalServer):
 
 @dataclass
 class RedisClusterNodes:
-    """A Redis Cluster of `masters` redis-server nodes on loopback (no replicas), its 16384
-    slots shared out by `redis-cli --cluster create`."""
+    """A Redis Cluster of `masters` redis-server nodes on loopback, each with `replicas` replicas
+    (none by default), its 16384 slots shared out by `redis-cli --cluster create`. A replica takes
+    over its master's slots within seconds of the master's death (`--cluster-node-timeout`)."""
 
     nodes: list[RedisServer]
 
@@ -125,17 +126,17 @@ class RedisClusterNodes:
         return self.nodes[0].url
 
     @classmethod
-    def start(cls, workdir: Path, masters: int = 3, *, detach: bool = False) -> RedisClusterNodes:
+    def start(cls, workdir: Path, masters: int = 3, *, replicas: int = 0, detach: bool = False) -> RedisClusterNodes:
         redis_cli = shutil.which("redis-cli")
         if redis_cli is None:
             raise RuntimeError("redis-cli is not installed (Debian: apt-get install redis-tools)")
         cluster = cls([])
         try:
-            for index in range(masters):
+            for index in range(masters * (1 + replicas)):
                 cluster.nodes.append(RedisServer.start(Path(workdir) / f"node-{index}", cluster=True, detach=detach))
             addresses = [f"{LOOPBACK}:{node.port}" for node in cluster.nodes]
             subprocess.run([redis_cli, "--cluster", "create", *addresses,  # noqa: S603
-                            "--cluster-replicas", "0", "--cluster-yes"],
+                            "--cluster-replicas", str(replicas), "--cluster-yes"],
                            check=True, capture_output=True, timeout=60)
             cluster.wait_until_healthy()
         except BaseException:
@@ -144,10 +145,10 @@ class RedisClusterNodes:
         return cluster
 
     def wait_until_healthy(self, timeout: float = 60) -> None:
-        """Until every node says cluster_state:ok (slots all covered, nodes all agreed)."""
+        """Until every running node says cluster_state:ok (slots all covered, nodes all agreed)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if all(node.cluster_state() == "ok" for node in self.nodes):
+            if all(node.cluster_state() == "ok" for node in self.nodes if node.process is not None):
                 return
             time.sleep(0.2)
         raise RuntimeError(f"Redis Cluster not healthy after {timeout:.0f}s")
