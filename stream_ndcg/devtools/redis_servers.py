@@ -14,10 +14,8 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
-from stream_ndcg.devtools.servers import LOOPBACK, LocalServer, free_port, wait_for_ready
+from stream_ndcg.devtools.servers import LOOPBACK, LocalServer, LocalServers, free_port, wait_for_ready
 
 
 @dataclass(frozen=True)
@@ -113,7 +111,7 @@ class RedisServer(LocalServer):
 
 
 @dataclass
-class RedisClusterNodes:
+class RedisClusterNodes(LocalServers):
     """A Redis Cluster of `masters` redis-server nodes on loopback, each with `replicas` replicas
     (none by default), its 16384 slots shared out by `redis-cli --cluster create`. A replica takes
     over its master's slots within seconds of the master's death (`--cluster-node-timeout`)."""
@@ -152,13 +150,3 @@ class RedisClusterNodes:
                 return
             time.sleep(0.2)
         raise RuntimeError(f"Redis Cluster not healthy after {timeout:.0f}s")
-
-    def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        self.stop()

@@ -23,6 +23,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -181,6 +182,22 @@ class LocalServer:
         return self.process.pid if self.process is not None else None
 
 
+class LocalServers:
+    """Several local servers that start and stop together (`nodes`); a context manager."""
+
+    nodes: Sequence[LocalServer]
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.stop()
+
+
 @dataclass
 class KafkaBroker(LocalServer):
     """A KRaft node on loopback, broker and controller in one: alone, or one voter of a `KafkaCluster`."""
@@ -318,7 +335,7 @@ class KafkaBroker(LocalServer):
 
 
 @dataclass
-class KafkaCluster:
+class KafkaCluster(LocalServers):
     """KRaft nodes on loopback, each broker and controller (a voter), with every topic, the internal
     ones included, replicated to all of them and min.insync.replicas one less.
 
@@ -355,16 +372,6 @@ class KafkaCluster:
 
     def node(self, node_id: int) -> KafkaBroker:
         return next(node for node in self.nodes if node.node_id == node_id)
-
-    def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        self.stop()
 
 
 def new_cluster_id() -> str:
