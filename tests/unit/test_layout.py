@@ -15,7 +15,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "stream_ndcg"
 DEPRECATED = {"stream_ndcg.store": ("StateStore", "MemoryStore", "Commit"),
               "stream_ndcg.redis_store": ("RedisStore", "connect"),
               "stream_ndcg.replay": ("Replay",)}
-PURE_CORE = ("vocabulary", "metric", "events", "query_state", "rows", "engine", "windows", "window_sums")
+PURE_CORE = ("vocabulary", "metric", "events", "query_state", "rows", "engine", "windows", "window_sums",
+             "comparisons")
 # The one library the core may use: the parser decodes the usual message with orjson, and leaves
 # every other to the standard library's decoder (`events`).
 CORE_LIBRARIES = {"events": {"orjson"}}
