@@ -1,7 +1,8 @@
 """Comparisons of nDCG means with an error that holds while a team watches them.
 
 Pure, standard library only. Each statistic is declared once here, from sums a store can keep:
-an arm's impressions as (n, sum, sum of squares) of per-impression nDCG, a query's as (n_q, s_q).
+an arm's impressions as (n, sum, sum of squares) of per-impression nDCG, a query's as (n_q, s_q)
+or (n_q, s_q, ss_q).
 
     a = mean_estimate(n=400, total=240.0, squares=160.0)     # the control, A
     b = mean_estimate(n=380, total=209.0, squares=130.0)
@@ -18,13 +19,18 @@ The statistics:
   None under 2 queries.
 - `difference`: B - A of two independent estimates, SE = sqrt(SE_A^2 + SE_B^2) (the plain
   difference when both are `mean_estimate`s).
-- `stratified_difference`: B vs A within each query. Over the queries both arms saw, with
-  d_q = s_B,q / n_B,q - s_A,q / n_A,q and traffic weights w_q = u_q / sum u with u_q = n_A,q + n_B,q,
-  D = sum_q w_q d_q and Var(D) = sum_q w_q^2 (d_q - D)^2 / (1 - sum_q w_q^2): the query-clustered
-  variance of a weighted mean. Its factor 1 / (1 - sum w_q^2) is Q/(Q-1) when the weights are
-  equal, and makes it unbiased when each d_q's variance is inversely proportional to its traffic
-  (a 50/50 split); per-query effects that differ only widen it. None under 2 queries in common.
-  It needs the per-query sums alone, which `StratifiedSums` reduces to five running sums.
+- `stratified_difference`: B vs A within each query, from each arm's per-query (n_q, s_q, ss_q)
+  (ss: the sum of squares). Over the queries both arms saw, with d_q = s_B,q / n_B,q - s_A,q / n_A,q
+  and traffic weights w_q = u_q / sum u, u_q = n_A,q + n_B,q: D = sum_q w_q d_q and
+  Var(D) = sum_q w_q^2 (v_A / n_A,q + v_B / n_B,q), v_X being arm X's within-query variance pooled
+  over all its Q_X queries and N_X impressions, sum_q (ss_q - s_q^2 / n_q) / (N_X - Q_X): the
+  post-stratification variance, queries as fixed strata. Pooling gives it N_X - Q_X degrees of
+  freedom; a query-clustered variance of D has a few dozen at most (the head queries carry most of
+  the weight), and its noise lets an interval watched every minute cross 0 more often than alpha
+  allows. A query whose variance differs from the pool's counts by its traffic both in v_X and in
+  Var(D), so the differences average out alike. Like the impression-level error, it takes the
+  impressions of a query in one arm as independent. None when the arms have no query in common,
+  or an arm saw no query twice (no within-query variance). `StratifiedSums` keeps it running.
 - `fixed`: the interval +- z(1 - alpha/2) SE, valid for one look only.
 - `always_valid`: the asymptotic confidence sequence (Waudby-Smith et al., in GrowthBook's form),
   valid however often it is looked at when the estimate is anchored at a start: with
@@ -43,16 +49,18 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from statistics import NormalDist
 from typing import TypeVar
 
 ALPHA = 0.05
 N_STAR = 10_000
 
-# A query's scored impressions and nDCG sum, in one arm.
-Cell = tuple[float, float]
+# A query's scored impressions and nDCG sum (the drill-down's per-query sums).
+QuerySums = tuple[float, float]
+# A query's scored impressions, nDCG sum and sum of squares, in one arm.
+Cell = tuple[float, float, float]
 T = TypeVar("T")
 
 
@@ -102,7 +110,7 @@ def standard_error(n: float, total: float, squares: float) -> float | None:
     return None if estimate is None else estimate.standard_error
 
 
-def clustered_mean(queries: Iterable[Cell]) -> Estimate | None:
+def clustered_mean(queries: Iterable[QuerySums]) -> Estimate | None:
     """The impression-weighted mean over queries' (n_q, s_q) with its query-clustered standard
     error; queries without impressions do not count, and under 2 queries it is None."""
     cells = [(n, s) for n, s in queries if n > 0]
@@ -115,7 +123,7 @@ def clustered_mean(queries: Iterable[Cell]) -> Estimate | None:
     return Estimate(mean, math.sqrt(count / (count - 1) * spread) / impressions, impressions)
 
 
-def clustered_standard_error(queries: Iterable[Cell]) -> float | None:
+def clustered_standard_error(queries: Iterable[QuerySums]) -> float | None:
     """The query-clustered standard error of a mean (`clustered_mean`); None under 2 queries."""
     estimate = clustered_mean(queries)
     return None if estimate is None else estimate.standard_error
@@ -134,55 +142,84 @@ def plain_difference(a: tuple[float, float, float], b: tuple[float, float, float
 
 @dataclass(frozen=True)
 class StratifiedSums:
-    """What the stratified difference needs of the queries both arms saw, as five sums of
-    u_q = n_A,q + n_B,q and d_q = s_B,q / n_B,q - s_A,q / n_A,q: sums over queries add up, so a
-    running comparison moves them by the queries that changed (take a query's old `term` out, put
-    its new one in) instead of reading every query again.
+    """What the stratified difference needs of two arms' queries, as sums over queries: sums add
+    up, so a running comparison moves them by the queries that changed (take a query's old `term`
+    out, put its new one in) instead of reading every query again. With u_q = n_A,q + n_B,q and
+    d_q the difference of the query's means, over the queries both arms saw:
 
-        >>> sums = StratifiedSums.of({"q1": (2, 1.0), "q2": (1, 0.2)}, {"q1": (2, 1.2), "q2": (3, 0.9)})
-        >>> round(stratified_difference(sums).value, 4)
+        >>> a = {"q1": (2, 1.0, 0.52), "q2": (1, 0.2, 0.04)}
+        >>> b = {"q1": (2, 1.2, 0.74), "q2": (3, 0.9, 0.29)}
+        >>> round(stratified_difference(StratifiedSums.of(a, b)).value, 4)
         0.1
     """
 
-    queries: int = 0
+    queries: int = 0  # queries both arms saw
     weight: float = 0.0  # sum u_q
     weighted: float = 0.0  # sum u_q d_q
-    weight_squares: float = 0.0  # sum u_q^2
-    cross: float = 0.0  # sum u_q^2 d_q
-    spread: float = 0.0  # sum u_q^2 d_q^2
+    spread_a: float = 0.0  # sum u_q^2 / n_A,q
+    spread_b: float = 0.0  # sum u_q^2 / n_B,q
+    # Per arm, over every query it saw: impressions, queries, and sum (ss_q - s_q^2 / n_q).
+    impressions_a: float = 0.0
+    queries_a: int = 0
+    within_a: float = 0.0
+    impressions_b: float = 0.0
+    queries_b: int = 0
+    within_b: float = 0.0
 
     @staticmethod
-    def term(a: Cell, b: Cell) -> tuple[int, float, float, float, float, float]:
-        """One query's part of each sum, in field order (all 0 unless both arms saw it)."""
-        (n_a, s_a), (n_b, s_b) = a, b
-        if n_a <= 0 or n_b <= 0:
-            return (0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    def term(a: Cell, b: Cell) -> tuple[float, ...]:
+        """One query's part of each sum, in field order (a cell with no impressions: not seen)."""
+        (n_a, s_a, ss_a), (n_b, s_b, ss_b) = a, b
+        seen_a, seen_b = n_a > 0, n_b > 0
+        within_a = ss_a - s_a * s_a / n_a if seen_a else 0.0
+        within_b = ss_b - s_b * s_b / n_b if seen_b else 0.0
+        arms = (n_a, float(seen_a), within_a, n_b, float(seen_b), within_b)
+        if not (seen_a and seen_b):
+            return (0.0, 0.0, 0.0, 0.0, 0.0, *arms)
         u = n_a + n_b
-        d = s_b / n_b - s_a / n_a
-        return (1, u, u * d, u * u, u * u * d, u * u * d * d)
+        return (1.0, u, u * (s_b / n_b - s_a / n_a), u * u / n_a, u * u / n_b, *arms)
 
     @classmethod
     def of(cls, a: Mapping[str, Cell], b: Mapping[str, Cell]) -> StratifiedSums:
-        """The sums over two arms' per-query (n_q, s_q)."""
-        terms = [cls.term(a[query], b[query]) for query in a.keys() & b.keys()]
-        return cls(sum(term[0] for term in terms), *(math.fsum(term[i] for term in terms) for i in range(1, 6)))
+        """The sums over two arms' per-query (n_q, s_q, ss_q)."""
+        empty = (0.0, 0.0, 0.0)
+        terms = [cls.term(a.get(query, empty), b.get(query, empty)) for query in a.keys() | b.keys()]
+        sums = [math.fsum(term[i] for term in terms) for i in range(len(fields(cls)))]
+        return cls.from_sums(sums)
+
+    @classmethod
+    def from_sums(cls, sums: Sequence[float]) -> StratifiedSums:
+        """The sums in field order, as `term`s add up (counts given as floats)."""
+        queries, weight, weighted, spread_a, spread_b, n_a, queries_a, within_a, n_b, queries_b, within_b = sums
+        return cls(round(queries), weight, weighted, spread_a, spread_b, n_a, round(queries_a), within_a,
+                   n_b, round(queries_b), within_b)
+
+
+def within_query_variance(impressions: float, queries: int, within: float) -> float | None:
+    """An arm's pooled within-query variance, sum_q (ss_q - s_q^2 / n_q) / (N - Q); None without
+    a degree of freedom (no query seen twice)."""
+    if impressions - queries < 1:
+        return None
+    # Each query's part is exact; their sum may round below 0 when every query's values are alike.
+    return max(0.0, within) / (impressions - queries)
 
 
 def stratified_difference(sums: StratifiedSums) -> Estimate | None:
-    """B - A as the traffic-weighted mean of per-query differences, with its query-clustered
-    standard error (see the module's docstring); None under 2 queries in common."""
-    if sums.queries < 2:
+    """B - A as the traffic-weighted mean of per-query differences, with its standard error from
+    the arms' pooled within-query variances (module docstring); None without a query in common or
+    without a within-query variance."""
+    if sums.queries < 1:
         return None
-    value = sums.weighted / sums.weight
-    concentration = sums.weight_squares / sums.weight**2  # sum w_q^2
-    if concentration >= 1.0:
+    variance_a = within_query_variance(sums.impressions_a, sums.queries_a, sums.within_a)
+    variance_b = within_query_variance(sums.impressions_b, sums.queries_b, sums.within_b)
+    if variance_a is None or variance_b is None:
         return None
-    spread = max(0.0, sums.spread - 2 * value * sums.cross + value * value * sums.weight_squares)
-    return Estimate(value, math.sqrt(spread / (1.0 - concentration)) / sums.weight, sums.weight)
+    variance = variance_a * sums.spread_a + variance_b * sums.spread_b
+    return Estimate(sums.weighted / sums.weight, math.sqrt(variance) / sums.weight, sums.weight)
 
 
 def stratified_difference_of(a: Mapping[str, Cell], b: Mapping[str, Cell]) -> Estimate | None:
-    """`stratified_difference` of two arms' per-query (n_q, s_q) (query id -> cell)."""
+    """`stratified_difference` of two arms' per-query (n_q, s_q, ss_q) (query id -> cell)."""
     return stratified_difference(StratifiedSums.of(a, b))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import doctest
 import math
 import statistics
+from dataclasses import astuple
 
 import pytest
 from hypothesis import assume, given
@@ -29,13 +30,12 @@ from stream_ndcg.comparisons import (
     standard_error,
     stratified_difference,
     stratified_difference_of,
+    within_query_variance,
     z_half_width,
 )
 
 ndcgs = st.floats(0.0, 1.0, allow_nan=False)
 # A query's cell in one arm: scored impressions and their nDCG sum (at most 1 per impression).
-cells = st.integers(0, 50).flatmap(lambda n: st.tuples(st.just(float(n)), st.floats(0.0, float(n))))
-arms = st.dictionaries(st.sampled_from([f"q{i}" for i in range(12)]), cells, max_size=12)
 alphas = st.floats(1e-6, 0.5)
 
 
@@ -127,77 +127,117 @@ def test_the_plain_difference_of_two_arms() -> None:
 # --- the stratified difference
 
 
-A = {"q1": (2.0, 1.0), "q2": (3.0, 0.6), "q3": (1.0, 0.9), "q4": (5.0, 2.0)}
-B = {"q1": (2.0, 1.4), "q2": (1.0, 0.2), "q3": (1.0, 0.8), "q5": (2.0, 1.0)}
+def cell(values: list[float]) -> tuple[float, float, float]:
+    """A query's (n, sum, sum of squares) in one arm."""
+    return float(len(values)), math.fsum(values), math.fsum(v * v for v in values)
+
+
+def cells_of(arm: dict[str, list[float]]) -> dict[str, tuple[float, float, float]]:
+    return {query: cell(values) for query, values in arm.items()}
+
+
+QUERY_IDS = [f"q{i}" for i in range(12)]
+# An arm: the nDCG of each impression of each query it saw.
+arms = st.dictionaries(st.sampled_from(QUERY_IDS), st.lists(ndcgs, min_size=1, max_size=8), max_size=12)
+
+A = {"q1": [0.4, 0.6], "q2": [0.1, 0.2, 0.3], "q3": [0.9], "q4": [0.5, 0.3]}
+B = {"q1": [0.6, 0.8], "q2": [0.2], "q3": [0.8], "q5": [0.5, 0.5]}
 
 
 def test_the_stratified_difference_of_three_queries_in_common() -> None:
     # In common: q1, q2, q3 (q4 only in A, q5 only in B).
-    # d: q1 0.7 - 0.5 = 0.2, q2 0.2 - 0.2 = 0, q3 0.8 - 0.9 = -0.1; u = 4, 4, 2; w = 0.4, 0.4, 0.2.
-    # D = 0.4 * 0.2 + 0.4 * 0 + 0.2 * -0.1 = 0.06.
-    # sum w^2 (d - D)^2 = 0.16 * 0.14^2 + 0.16 * 0.06^2 + 0.04 * 0.16^2 = 0.003136 + 0.000576 + 0.001024 = 0.004736;
-    # sum w^2 = 0.36, so Var(D) = 0.004736 / 0.64 = 0.0074, SE = 0.0860233; t = 10.
-    result = stratified_difference_of(A, B)
-    assert parts(result) == pytest.approx([0.06, math.sqrt(0.0074), 10.0])
+    # Means A 0.5, 0.2, 0.9; B 0.7, 0.2, 0.8. d = 0.2, 0, -0.1; u = 4, 4, 2; w = 0.4, 0.4, 0.2;
+    # D = 0.4 * 0.2 + 0.4 * 0 + 0.2 * -0.1 = 0.06; t = 10.
+    # Within-query squares of A: q1 0.02, q2 0.02, q3 0, q4 0.02 = 0.06 over 8 impressions - 4 queries: v_A = 0.015;
+    # of B: q1 0.02, q2 0, q3 0, q5 0 = 0.02 over 6 - 4: v_B = 0.01.
+    # sum u^2 / n_A = 16/2 + 16/3 + 4/1 = 17.3333; sum u^2 / n_B = 16/2 + 16/1 + 4/1 = 28.
+    # Var(D) = (0.015 * 17.3333 + 0.01 * 28) / 10^2 = (0.26 + 0.28) / 100 = 0.0054; SE = 0.0734847.
+    result = stratified_difference_of(cells_of(A), cells_of(B))
+    assert parts(result) == pytest.approx([0.06, math.sqrt(0.0054), 10.0])
 
 
-def test_the_stratified_difference_needs_two_queries_in_common() -> None:
+def test_the_stratified_difference_needs_a_query_in_common_and_a_within_query_variance() -> None:
     assert stratified_difference_of({}, {}) is None
-    assert stratified_difference_of({"q1": (2.0, 1.0)}, {"q1": (3.0, 1.0), "q2": (4.0, 1.0)}) is None
-    # A query an arm holds with no scored impressions is not seen by it.
-    assert stratified_difference_of({"q1": (2.0, 1.0), "q2": (0.0, 0.0)}, {"q1": (1.0, 1.0), "q2": (4.0, 1.0)}) is None
     assert stratified_difference(StratifiedSums()) is None
+    assert stratified_difference_of(cells_of({"q1": [0.2, 0.4]}), cells_of({"q2": [0.1, 0.5]})) is None
+    # A query an arm holds with no scored impressions is not seen by it.
+    assert stratified_difference_of({**cells_of({"q1": [0.2, 0.4]}), "q2": (0.0, 0.0, 0.0)},
+                                    cells_of({"q2": [0.1, 0.5]})) is None
+    # B saw each of its queries once: no within-query variance to pool.
+    assert stratified_difference_of(cells_of({"q1": [0.2, 0.4], "q2": [0.3]}), cells_of({"q1": [0.1], "q2": [0.5]})) \
+        is None
+    # One query in common is enough when each arm saw a query twice.
+    assert stratified_difference_of(cells_of({"q1": [0.2, 0.4]}), cells_of({"q1": [0.1, 0.5]})) is not None
+
+
+def test_alike_values_within_each_query_give_no_error() -> None:
+    # Every query's values alike in each arm: v_A = v_B = 0, whatever the differences between queries.
+    result = stratified_difference_of(cells_of({"q1": [0.5, 0.5], "q2": [0.25]}), cells_of({"q1": [0.75, 0.75],
+                                                                                           "q2": [0.5, 0.5]}))
+    # d = 0.25, 0.25 with u = 4, 3: D = 0.25, SE 0.
+    assert parts(result) == pytest.approx([0.25, 0.0, 7.0])
 
 
 @given(arms)
-def test_the_stratified_difference_of_identical_arms_is_zero(arm: dict[str, tuple[float, float]]) -> None:
-    result = stratified_difference_of(arm, dict(arm))
+def test_the_stratified_difference_of_identical_arms_is_zero(arm: dict[str, list[float]]) -> None:
+    result = stratified_difference_of(cells_of(arm), cells_of(arm))
     assume(result is not None)
-    assert parts(result) == [0.0, 0.0, pytest.approx(2 * sum(n for n, _ in arm.values()))]
+    assert result is not None and result.value == 0.0
 
 
 @given(arms, arms)
-def test_swapping_the_arms_negates_the_stratified_difference(a: dict[str, tuple[float, float]],
-                                                            b: dict[str, tuple[float, float]]) -> None:
-    forward, backward = stratified_difference_of(a, b), stratified_difference_of(b, a)
+def test_swapping_the_arms_negates_the_stratified_difference(a: dict[str, list[float]],
+                                                            b: dict[str, list[float]]) -> None:
+    forward, backward = stratified_difference_of(cells_of(a), cells_of(b)), stratified_difference_of(cells_of(b),
+                                                                                                      cells_of(a))
     assert (forward is None) == (backward is None)
     if forward is not None and backward is not None:
         assert backward.value == pytest.approx(-forward.value, abs=1e-12)
         assert backward.standard_error == pytest.approx(forward.standard_error, rel=1e-9, abs=1e-12)
 
 
-@given(st.lists(st.tuples(ndcgs, ndcgs), min_size=2, max_size=30))
-def test_with_one_impression_per_query_and_arm_it_is_the_paired_difference(pairs: list[tuple[float, float]]) -> None:
-    # Equal weights: D is the mean of the d_q and Var(D) = sum (d - D)^2 / (Q (Q - 1)), a paired test's.
-    a = {f"q{i}": (1.0, x) for i, (x, _) in enumerate(pairs)}
-    b = {f"q{i}": (1.0, y) for i, (_, y) in enumerate(pairs)}
-    result = stratified_difference_of(a, b)
-    differences = [y - x for x, y in pairs]
-    assert result is not None
-    assert result.value == pytest.approx(statistics.fmean(differences), abs=1e-12)
-    assert result.standard_error == pytest.approx(statistics.stdev(differences) / math.sqrt(len(pairs)),
-                                                  rel=1e-6, abs=1e-7)
+@given(st.lists(ndcgs, min_size=2, max_size=30), st.lists(ndcgs, min_size=2, max_size=30))
+def test_with_one_query_it_is_the_plain_difference(a: list[float], b: list[float]) -> None:
+    # One stratum: D is the difference of the means, and v_X / n_X each arm's squared standard error.
+    stratified = stratified_difference_of({"q": cell(a)}, {"q": cell(b)})
+    plain = plain_difference(cell(a), cell(b))
+    assert parts(stratified) == pytest.approx(parts(plain), rel=1e-6, abs=1e-9)
 
 
-@given(arms, arms, st.lists(st.tuples(st.sampled_from([f"q{i}" for i in range(12)]), st.booleans(), cells)))
+@given(arms, arms)
+def test_the_pooled_variance_is_the_spread_around_each_querys_mean(a: dict[str, list[float]],
+                                                                   b: dict[str, list[float]]) -> None:
+    sums = StratifiedSums.of(cells_of(a), cells_of(b))
+    for arm, impressions, queries, within in ((a, sums.impressions_a, sums.queries_a, sums.within_a),
+                                              (b, sums.impressions_b, sums.queries_b, sums.within_b)):
+        spread = math.fsum((v - statistics.fmean(values)) ** 2 for values in arm.values() for v in values)
+        count = sum(len(values) for values in arm.values())
+        assert (impressions, queries) == (count, len(arm))
+        found = within_query_variance(impressions, queries, within)
+        if count - len(arm) < 1:
+            assert found is None
+        else:
+            assert found == pytest.approx(spread / (count - len(arm)), rel=1e-6, abs=1e-9)
+
+
+@given(arms, arms, st.lists(st.tuples(st.sampled_from(QUERY_IDS), st.booleans(), st.lists(ndcgs, max_size=8))))
 def test_running_sums_moved_query_by_query_equal_the_sums_afresh(
-    a: dict[str, tuple[float, float]], b: dict[str, tuple[float, float]],
-    changes: list[tuple[str, bool, tuple[float, float]]],
+    a: dict[str, list[float]], b: dict[str, list[float]], changes: list[tuple[str, bool, list[float]]]
 ) -> None:
     # How a running comparison keeps them: a changed query's old term out, its new one in.
-    running = [0.0] * 6
-    for query in a.keys() & b.keys():
-        running = [x + y for x, y in zip(running, StratifiedSums.term(a[query], b[query]), strict=True)]
-    empty = (0.0, 0.0)
-    for query, in_b, cell in changes:
-        old = StratifiedSums.term(a.get(query, empty), b.get(query, empty))
-        (b if in_b else a)[query] = cell
-        new = StratifiedSums.term(a.get(query, empty), b.get(query, empty))
+    empty = (0.0, 0.0, 0.0)
+    cells_a, cells_b = cells_of(a), cells_of(b)
+    running = [0.0] * len(astuple(StratifiedSums()))
+    for query in cells_a.keys() | cells_b.keys():
+        running = [x + y for x, y in zip(running, StratifiedSums.term(cells_a.get(query, empty),
+                                                                      cells_b.get(query, empty)), strict=True)]
+    for query, in_b, values in changes:
+        old = StratifiedSums.term(cells_a.get(query, empty), cells_b.get(query, empty))
+        (cells_b if in_b else cells_a)[query] = cell(values)
+        new = StratifiedSums.term(cells_a.get(query, empty), cells_b.get(query, empty))
         running = [x - y + z for x, y, z in zip(running, old, new, strict=True)]
-    afresh = StratifiedSums.of(a, b)
-    assert running[0] == afresh.queries
-    assert running[1:] == pytest.approx([afresh.weight, afresh.weighted, afresh.weight_squares, afresh.cross,
-                                         afresh.spread], rel=1e-9, abs=1e-6)
+    afresh = StratifiedSums.of({q: c for q, c in cells_a.items() if c[0]}, {q: c for q, c in cells_b.items() if c[0]})
+    assert astuple(StratifiedSums.from_sums(running)) == pytest.approx(astuple(afresh), rel=1e-9, abs=1e-9)
 
 
 # --- the intervals
