@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint docs test test-unit chaos bench demo clean helm checkov manifests
+.PHONY: venv lint docs test test-unit test-simulation chaos bench demo clean helm checkov manifests
 
 # Helm and checkov are tools of the tests, cached outside the repository (like the Kafka jars).
 CACHE ?= $(or $(STREAM_NDCG_CACHE),$(HOME)/.cache/stream-ndcg)
@@ -55,6 +55,11 @@ test: lint docs helm checkov
 
 test-unit: venv helm checkov
 	$(BIN)/pytest tests/unit
+
+# Simulated A/B streams watched every minute for a day: the comparisons' false alarms and time to
+# decide (issue #29); a few minutes of CPU, -s prints the figures.
+test-simulation: venv
+	$(BIN)/pytest -m simulation -s -rA tests/simulation
 
 chaos: venv
 	$(BIN)/pytest -m slow -s tests
