@@ -24,7 +24,7 @@ def _text(describe: Describe) -> str:
     return describe() if callable(describe) else describe
 
 
-def wait_until(predicate: Callable[[], T], timeout: float, describe: Describe, interval: float = 0.2) -> T:
+def wait_until(predicate: Callable[[], T | None], timeout: float, describe: Describe, interval: float = 0.2) -> T:
     """Poll `predicate` until it returns a true value and return that value; fail after `timeout`
     seconds with `describe` (a callable is called then: the logs as they are at the deadline).
     An exception raised by `predicate` (an assertion that must hold while waiting) ends the wait."""
