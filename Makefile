@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint docs test test-unit test-simulation chaos bench demo clean helm checkov manifests
+.PHONY: venv lint docs test test-unit test-integration test-deploy test-browser test-fuzz test-simulation chaos \
+	bench demo clean helm checkov manifests
 
 # Helm and checkov are tools of the tests, cached outside the repository (like the Kafka jars).
 CACHE ?= $(or $(STREAM_NDCG_CACHE),$(HOME)/.cache/stream-ndcg)
@@ -49,12 +50,37 @@ $(CHECKOV):
 manifests: venv helm
 	$(BIN)/python deploy/render.py
 
-# The manual's build, unit tests, the integration tests against a real Kafka and Redis, and a short chaos run.
-test: lint docs helm checkov
-	$(BIN)/pytest -m "not slow" -rA tests
+# The test tiers, a folder each (tests/conftest.py says what each needs). Unit first: hermetic and
+# about a minute, so that its failure stops the run before the servers start; then every other
+# tier, each run even if one before it failed (-k), and the run fails if any did. `-m "not slow"`
+# leaves the long chaos run to `make chaos`; the simulation tier has its own target (minutes of CPU).
+# PYTEST_ARGS adds options: make test-unit PYTEST_ARGS=-x
+PYTEST_ARGS ?=
+# pytest exits 5 when it collected nothing (a -k in PYTEST_ARGS that matches no test of a tier): not a failure.
+define pytest_tier
+$(BIN)/pytest -m "not slow" -rA $(PYTEST_ARGS) $(1); status=$$?; [ $$status -eq 5 ] || exit $$status
+endef
 
-test-unit: venv helm checkov
-	$(BIN)/pytest tests/unit
+test: lint docs
+	$(MAKE) test-unit
+	$(MAKE) -k test-integration test-deploy test-browser test-fuzz
+
+test-unit: venv
+	$(call pytest_tier,tests/unit)
+
+# Against a real Kafka and Redis, started by the session fixtures; several minutes.
+test-integration: venv
+	$(call pytest_tier,tests/integration)
+
+test-deploy: venv helm checkov
+	$(call pytest_tier,tests/deploy)
+
+# The page's tests on a canned API and on a running service (so a Kafka and a Redis too).
+test-browser: venv
+	$(call pytest_tier,tests/browser)
+
+test-fuzz: venv
+	$(call pytest_tier,tests/fuzz)
 
 # Simulated A/B streams watched every minute for a day: the comparisons' false alarms and time to
 # decide (issue #29); a few minutes of CPU, -s prints the figures.

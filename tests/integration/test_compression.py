@@ -12,7 +12,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of
 from tests.support.service import Samples, Service, settled, wait_for_messages
 from tests.support.topics import create_topic
+from tests.support.wait import holds, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -186,17 +186,16 @@ def test_a_codec_the_installation_lacks_holds_up_its_partition_and_says_so(
     lacking = Service(env, tmp_path, python=(str(installed_without_zstd), "-I"))
     services.append(lacking)
     lacking.start()
-    deadline = time.monotonic() + 60
-    samples = lacking.scrape()
-    while settled(samples) < readable or backoffs(samples, "UndecodableRecords") < 4:
-        assert time.monotonic() < deadline, lacking.logs()[-5000:]
-        time.sleep(0.3)
+
+    def held_up() -> Samples | None:
+        """The samples once the readable records are in and the undecodable batch was retried a few times."""
         samples = lacking.scrape()
+        return samples if settled(samples) >= readable and backoffs(samples, "UndecodableRecords") >= 4 else None
+
+    samples = wait_until(held_up, 60, lambda: lacking.logs()[-5000:], interval=0.3)
     assert settled(samples) == readable, "a record behind the undecodable batch was read, or one was lost"
     assert samples[("stream_ndcg_ready", ())] == 0
-    for _ in range(5):
-        assert not lacking.ready()
-        time.sleep(0.2)
+    holds(lambda: not lacking.ready(), 1, "not ready while the partition is held up")
     line = (f"cannot decode the records of {topic}:{stuck} at offset {first_zstd}: compressed with zstd, "
             "which this installation cannot decompress (install the Python package zstandard")
     logs = lacking.logs()

@@ -16,6 +16,7 @@ from urllib.request import urlopen
 import pytest
 
 from stream_ndcg.devtools.servers import free_port
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -42,15 +43,16 @@ def test_demo_shows_the_better_variant_ahead_fills_every_window_and_ctrl_c_stops
                                  "--api-port", str(api_port), "--rate", "400"], stdout=stream, stderr=subprocess.STDOUT)
     try:
         frame = ""
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            time.sleep(3)
+
+        def both_variants_scored() -> dict[str, str]:
+            nonlocal frame
             frames = out.read_text(errors="replace").split("\x1b[H\x1b[2J")
             frame = frames[-1] if len(frames) > 1 else ""
             rows = dict(re.findall(r"^\s+1h\s+([AB])\s+([0-9.]+)", frame, re.MULTILINE))
-            if len(rows) == 2 and "nan" not in frame.split("1h")[1][:80]:
-                break
-        assert len(rows) == 2, f"no nDCG for both variants after 90s:\n{frame}"
+            return rows if len(rows) == 2 and "nan" not in frame.split("1h")[1][:80] else {}
+
+        rows = wait_until(both_variants_scored, 90, lambda: f"an nDCG for both variants in the 1h window:\n{frame}",
+                          interval=0.5)
         assert float(rows["A"]) > float(rows["B"]), frame
         assert f"127.0.0.1:{port}/metrics" in frame
         assert f"drill-down page: http://127.0.0.1:{api_port}/" in frame
@@ -61,9 +63,9 @@ def test_demo_shows_the_better_variant_ahead_fills_every_window_and_ctrl_c_stops
         # Minutes in, the traffic's event time keeps up with the wall clock: every window, the
         # shortest (the current minute's bucket alone) included, holds impressions of both variants.
         # Away from a minute's edge: the 1m window is the current minute's bucket alone, which
-        # holds next to nothing in its first second.
-        while time.monotonic() < begun + 150 or not 15 <= time.time() % 60 <= 55:
-            time.sleep(1)
+        # holds next to nothing in its first second. (Minutes in is what is tested: the wait is for the clock.)
+        wait_until(lambda: time.monotonic() >= begun + 150 and 15 <= time.time() % 60 <= 55, 240,
+                   "two and a half minutes in, away from a minute's edge", interval=0.5)
         frame = out.read_text(errors="replace").split("\x1b[H\x1b[2J")[-1]
         impressions = {(window, variant): float(count) for window, variant, count in re.findall(
             r"^\s+(1m|5m|1h)\s+([AB])\s+\S+\s+\S+\s+\S+\s+([0-9]+)\s*$", frame, re.MULTILINE)}

@@ -10,7 +10,6 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Any
-from urllib.error import URLError
 from urllib.parse import urlencode
 from urllib.request import urlopen
 
@@ -22,6 +21,7 @@ from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.offline.history import settings_of
 from tests.support.deploy import promtool
 from tests.support.history import Labels, read_openmetrics, service_gauges
+from tests.support.wait import wait_until
 
 DAY_MS = 86_400_000
 FLAGS = {"k": "5,10", "bucket": "5m", "windows": "15m,1h,6h", "segment_labels": "variant", "pipeline": "history"}
@@ -77,14 +77,15 @@ def test_a_replayed_day_reads_back_from_prometheus_at_its_times(tmp_path: Path,
                                        f"--storage.tsdb.path={data}", "--storage.tsdb.retention.time=30d",
                                        f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=log)
     try:
-        deadline = time.monotonic() + 60
-        while True:
+        def ready() -> bool:
             try:
                 urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=5).read()  # noqa: S310
-                break
-            except (URLError, OSError):
-                assert time.monotonic() < deadline, (tmp_path / "prometheus.log").read_text()[-2000:]
-                time.sleep(0.5)
+                return True
+            except OSError:
+                return False
+
+        wait_until(ready, 60, lambda: f"Prometheus ready\n{(tmp_path / 'prometheus.log').read_text()[-2000:]}",
+                   interval=0.5)
 
         # Every sample of the file is in Prometheus at its own time, and nothing else.
         matrix = api(port, "query", query='{__name__=~"stream_ndcg_.+"}[2d]', time=str(times[-1] / 1000))

@@ -15,6 +15,7 @@ from stream_ndcg.devtools.servers import KafkaBroker
 from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
 from tests.support.service import Service, killed_at_exit, service_environment, wait_for_messages
 from tests.support.topics import create_topic
+from tests.support.wait import holds, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -30,17 +31,14 @@ def cpu_seconds(pid: int) -> float:
 
 def wait_out(service: Service, outage: str) -> float:
     """Until the service says it is not ready; then the share of a core it used during the outage."""
-    assert service.process is not None
-    deadline = time.monotonic() + 30
-    while service.ready():
-        assert time.monotonic() < deadline, f"still ready 30 s into the {outage} outage"
-        time.sleep(0.2)
-    started, cpu = time.monotonic(), cpu_seconds(service.process.pid)
-    while time.monotonic() - started < OUTAGE_S:
-        assert service.process.poll() is None, f"the service exited during the {outage} outage"
-        assert not service.ready(), f"ready while {outage} is down"
-        time.sleep(0.5)
-    return (cpu_seconds(service.process.pid) - cpu) / (time.monotonic() - started)
+    process = service.process
+    assert process is not None
+    wait_until(lambda: not service.ready(), 30, f"the service saying not ready in the {outage} outage")
+    # The outage's length is what is tested: all along, the service waits, not ready and alive.
+    started, cpu = time.monotonic(), cpu_seconds(process.pid)
+    holds(lambda: process.poll() is None and not service.ready(), OUTAGE_S,
+          f"the service alive and not ready while {outage} is down", interval=0.5)
+    return (cpu_seconds(process.pid) - cpu) / (time.monotonic() - started)
 
 
 def test_kafka_and_redis_outages_are_waited_out_without_spinning(tmp_path: Path) -> None:
@@ -73,10 +71,7 @@ def test_kafka_and_redis_outages_are_waited_out_without_spinning(tmp_path: Path)
             assert kafka_share < MOST_CPU_SHARE_WHILE_WAITING
             assert redis_share < MOST_CPU_SHARE_WHILE_WAITING
             assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == compared_gauges()
-            deadline = time.monotonic() + 30
-            while not service.ready():
-                assert time.monotonic() < deadline, "not ready again 30 s after both came back"
-                time.sleep(0.2)
+            wait_until(service.ready, 30, "the service ready again after both came back")
             logs = service.logs()
             assert "Kafka group coordinator unreachable; retrying in" in logs
             assert "Redis" in logs and "retrying in" in logs.split("Kafka group coordinator unreachable")[-1]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -21,6 +20,7 @@ from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from tests.support.deploy import CHART, DEPLOY, helm, promtool
 from tests.support.service import Service, wait_for_messages
 from tests.support.topics import create_topic, send_paced
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -92,17 +92,18 @@ def test_rules_and_dashboard_queries_return_data_from_a_real_prometheus(
                                        f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=log)
     try:
         records = [r["record"] for group in rules["groups"] for r in group["rules"] if "record" in r]
-        expressions = records + queries
-        missing = list(expressions)
-        deadline = time.monotonic() + 120
-        while missing and time.monotonic() < deadline:
-            time.sleep(2)
+        missing = records + queries
+
+        def all_answered() -> bool:
+            nonlocal missing
             try:
                 missing = [expr for expr in missing if not query(port, expr)]
             except OSError:
-                continue
-        log_tail = (tmp_path / "prometheus.log").read_text()[-2000:]
-        assert not missing, f"no data from Prometheus for: {missing}\n{log_tail}"
+                return False
+            return not missing
+
+        wait_until(all_answered, 120, lambda: f"data from Prometheus for every query; none yet for {missing}\n"
+                                              f"{(tmp_path / 'prometheus.log').read_text()[-2000:]}", interval=2)
         up = query(port, 'up{job="stream-ndcg"}')
         assert up and up[0]["value"][1] == "1"  # type: ignore[index]
         # Every rule evaluates without error (a many-to-many match, a bad label, ...), the alerts

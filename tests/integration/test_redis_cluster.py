@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -21,9 +20,10 @@ from stream_ndcg.state.redis_reads import connect
 from tests.support.batches import apply_batch, parsed
 from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
 from tests.support.security import REDIS_PASSWORD, SERVICE_ACL
-from tests.support.service import Service, wait_for_messages
+from tests.support.service import Service, wait_for_messages, wait_for_progress
 from tests.support.store_contract import BUCKET, HORIZON, MEASURE
 from tests.support.topics import create_topic, send_paced
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -70,12 +70,11 @@ def test_two_instances_on_a_three_master_cluster_equal_the_replay_through_a_mast
     # kill -9 the master holding partition 0 while the second half streams in.
     victim = redis_cluster.nodes[node_of(f"{{{namespace}:{topic}:0}}")]
     sender = send_paced(kafka.bootstrap, topic, messages[half:], 2_000.0)
-    time.sleep(1)
+    # Mid-stream: the instances have taken in part of the second half, and the rest is still arriving.
+    wait_for_progress(first, half + 1, 60)
+    assert sender.is_alive(), "the second half was all sent before the master went away"
     victim.kill()
-    deadline = time.monotonic() + 30
-    while first.ready() and second.ready() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not (first.ready() and second.ready()), "no instance noticed a master gone"
+    wait_until(lambda: not (first.ready() and second.ready()), 30, "an instance noticing a master gone")
     victim.launch()
     redis_cluster.wait_until_healthy()
     sender.join()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -18,6 +18,7 @@ from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from tests.support.security import REDIS_PASSWORD, SERVICE_ACL
 from tests.support.service import Service, wait_for_messages
 from tests.support.topics import create_topic
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -49,6 +50,28 @@ def tls_files(tmp_path: Path) -> TlsFiles:
     return TlsFiles(ca=d / "ca.crt", cert=d / "server.crt", key=d / "server.key")
 
 
+def authenticated(logs: str, broker: KafkaBroker, mechanism: str) -> list[str]:
+    """kafka-python's lines (logged at DEBUG) saying a connection to the broker's SASL listener
+    authenticated as alice with `mechanism`."""
+    said = {"PLAIN": "Plain"}.get(mechanism, mechanism)
+    return [line for line in logs.splitlines()
+            if f"127.0.0.1:{broker.sasl_port}<-" in line and f"Authenticated as alice via SASL / {said}" in line]
+
+
+def refused(broker: KafkaBroker, mechanism: str) -> list[str]:
+    """The broker's log lines saying it refused a client on its SASL listener for wrong credentials."""
+    log = (broker.workdir / "server.log").read_text(errors="replace")
+    return [line for line in log.splitlines()
+            if "Failed authentication with /127.0.0.1" in line and f"channelId=127.0.0.1:{broker.sasl_port}-" in line
+            and f"invalid credentials with SASL mechanism {mechanism}" in line]
+
+
+def auth_refusals(admin: redis.Redis, user: str) -> int:
+    """How many times Redis refused `user`'s password, from its ACL LOG."""
+    entries: list[dict[str, Any]] = admin.acl_log()
+    return sum(int(e["count"]) for e in entries if e["username"] == user and e["reason"] == "auth")
+
+
 def traffic() -> list[tuple[bytes, bytes]]:
     return list(Simulator(SimulationSpec(events=2_000, seed=23, queries=50, rate=100.0)).messages())
 
@@ -69,7 +92,12 @@ def test_kafka_sasl(sasl_kafka: KafkaBroker, redis_server: RedisServer, service_
     service.start()
     wait_for_messages(service, len(messages))
     assert service.stop() == 0
-    assert KAFKA_PASSWORD not in service.logs()
+    logs = service.logs()
+    # The situation the test is about: the service read through the SASL listener, and authenticated there
+    # as alice with this mechanism (the client says so once the broker has accepted the handshake).
+    said = sorted({line.partition(">: ")[2] for line in logs.splitlines() if "Authenticated as" in line})
+    assert authenticated(logs, sasl_kafka, mechanism), f"no {mechanism} authentication; the client said {said}"
+    assert KAFKA_PASSWORD not in logs
 
 
 def test_a_wrong_kafka_password_is_reported_without_the_password(
@@ -82,11 +110,15 @@ def test_a_wrong_kafka_password_is_reported_without_the_password(
     service = Service(env, tmp_path)
     services.append(service)
     service.start()
-    time.sleep(6)
+    # The broker refused the service's handshake, and again when it retried.
+    wait_until(lambda: len(refused(sasl_kafka, "SCRAM-SHA-256")) >= 2, 60,
+               lambda: f"the broker refusing the wrong password twice\n{service.logs()[-3000:]}")
     assert service.process is not None and service.process.poll() is None, "a transient fault must not end it"
     assert not service.ready()
     service.stop()
     logs = service.logs()
+    assert "invalid credentials with SASL mechanism SCRAM-SHA-256" in logs, logs[-3000:]
+    assert not authenticated(logs, sasl_kafka, "SCRAM-SHA-256")
     assert wrong not in logs
 
 
@@ -108,6 +140,10 @@ def test_redis_acl_user_over_tls(kafka: KafkaBroker, tls_files: TlsFiles, servic
         services.append(service)
         service.start()
         wait_for_messages(service, half)
+        # Connected over TLS (the server has no other port) as the ACL user.
+        admin = redis.Redis.from_url(server.url, ssl_ca_certs=str(tls_files.ca))
+        assert "sndcg" in {client["user"] for client in admin.client_list()}
+        admin.close()
         # The drill-down's reads, and (once it reads) the row log its commits write, within the ACL.
         assert service.api("/api/v1/queries?window=1h")[0] == 200
         produce(kafka.bootstrap, topic, messages[half:])
@@ -138,7 +174,11 @@ def test_wrong_redis_password_and_check_config_never_show_secrets(
     service = Service(env, tmp_path)
     services.append(service)
     service.start()
-    time.sleep(4)
+    # Redis refused the service's password, and again when it retried.
+    admin = redis.Redis.from_url(redis_server.url)
+    wait_until(lambda: auth_refusals(admin, "locked") >= 2, 60,
+               lambda: f"Redis refusing the wrong password twice\n{service.logs()[-3000:]}")
+    admin.close()
     assert service.process is not None and service.process.poll() is None
     assert not service.ready()
     body = "".join(f"{k} {v}" for k, v in service.scrape().items())

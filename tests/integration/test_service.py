@@ -6,7 +6,6 @@ import os
 import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,17 @@ from stream_ndcg.devtools.redis_servers import RedisServer
 from stream_ndcg.devtools.servers import KafkaBroker, free_port
 from tests.support.events import encode
 from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
-from tests.support.service import Service, progress, wait_for_messages
+from tests.support.service import (
+    Service,
+    assigned_partitions,
+    progress,
+    records_committed,
+    wait_for_messages,
+    wait_for_partitions,
+    wait_for_progress,
+)
 from tests.support.topics import create_topic, send_paced
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -98,8 +106,10 @@ def test_kill_9_at_random_moments_loses_and_doubles_nothing(
     # Paced over ~12 s, so that the kills land mid-stream however fast the service catches up.
     sender = send_paced(kafka.bootstrap, topic, messages, 2_500.0)
     while kills < 6:
-        time.sleep(rnd.uniform(0.5, 2.5))
-        if progress(service) >= len(messages):
+        # A random point of the stream, not a random time: each kill lands while the service works, after
+        # it has taken in more since its last start (a time could fall while it is still joining the group).
+        if wait_for_progress(service, min(progress(service) + rnd.randint(500, 3_000), len(messages))) \
+                >= len(messages):
             break
         service.kill()
         kills += 1
@@ -121,12 +131,18 @@ def test_two_instances_one_stopped_midway_equal_one(
     services.extend([first, second])
     first.start()
     second.start()
+    # The situation the test is about: the second instance holds partitions of its own and has committed
+    # records of them when it stops, so that the first takes over a partition another instance wrote.
+    wait_for_partitions(second)
     produce(kafka.bootstrap, topic, messages[: len(messages) // 2])
-    time.sleep(2)
+    wait_until(lambda: records_committed(second) > 0, 60,
+               lambda: f"records committed by the second instance\n{second.logs()[-3000:]}")
+    assert f"claimed {topic}:" in second.logs()
     assert second.stop() == 0
     produce(kafka.bootstrap, topic, messages[len(messages) // 2:])
     samples = wait_for_messages(first, len(messages))
     assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == compared_gauges()
+    assert assigned_partitions(first) == 4
     assert first.stop() == 0
 
 
@@ -139,12 +155,13 @@ def test_redis_restarted_mid_stream_recovers_by_itself(
     service = Service(env, tmp_path)
     services.append(service)
     service.start()
-    # Paced over ~8 s, so that Redis goes away mid-stream.
+    # Paced over ~8 s, so that Redis goes away mid-stream: once the service has taken in part of the
+    # stream, while the rest is still arriving.
     sender = send_paced(kafka.bootstrap, topic, messages, 2_500.0)
-    time.sleep(2)
+    wait_for_progress(service, 1, 60)
+    assert sender.is_alive(), "the whole stream was sent before Redis could go away mid-stream"
     redis_server.stop()
-    time.sleep(3)
-    assert not service.ready()
+    wait_until(lambda: not service.ready(), 30, "the service saying not ready while Redis is down")
     redis_server.launch()
     sender.join()
     samples = wait_for_messages(service, len(messages), timeout=300)
@@ -167,11 +184,13 @@ def test_three_instances_over_twelve_partitions_report_what_one_instance_reports
     alone.start()
     group[0].start()
     sender = send_paced(kafka.bootstrap, topic, messages, 4_000.0)
-    time.sleep(1.5)
-    group[1].start()
-    time.sleep(1.5)
-    group[2].start()
-    time.sleep(1.5)
+    # The partitions move while the stream arrives: the first of the group commits records of its own,
+    # the second and third join and each takes partitions from those before it, then the first stops.
+    wait_until(lambda: records_committed(group[0]) > 0, 60,
+               lambda: f"records committed by the first of the group\n{group[0].logs()[-3000:]}")
+    for joining in group[1:]:
+        joining.start()
+        wait_for_partitions(joining)
     assert group[0].stop() == 0
     sender.join()
     single = wait_for_messages(alone, len(messages))

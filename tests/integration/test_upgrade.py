@@ -8,14 +8,13 @@ import os
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
 
 from stream_ndcg.devtools.servers import KafkaBroker
 from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
-from tests.support.service import Service, progress, wait_for_messages
+from tests.support.service import Service, wait_for_messages, wait_for_progress
 from tests.support.topics import create_topic, send_paced
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
@@ -54,10 +53,7 @@ def test_state_of_release_0_1_0_is_continued_exactly(
     old.start()
     # Paced, so that the old release is stopped with part of the stream still unread.
     sender = send_paced(kafka.bootstrap, topic, messages, 1_500.0)
-    deadline = time.monotonic() + 120
-    while (reached := progress(old)) < len(messages) // 3:
-        assert time.monotonic() < deadline, old.logs()[-3000:]
-        time.sleep(0.2)
+    reached = wait_for_progress(old, len(messages) // 3)
     assert old.stop() == 0
     assert reached < len(messages), "the old release read the whole stream: nothing left to continue"
     new.start()

@@ -7,19 +7,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.error import HTTPError, URLError
+from urllib.error import HTTPError
 from urllib.request import Request, urlopen
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from stream_ndcg.devtools.servers import free_port
+from tests.support.wait import wait_until
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -63,16 +63,18 @@ class Service:
         self.process = subprocess.Popen([*self.python, "-m", "stream_ndcg.cli", "run"], env=env,
                                         stdout=log, stderr=subprocess.STDOUT)
         log.close()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"service exited with {self.process.returncode}: {self.logs()[-5000:]}")
+        process = self.process
+
+        def serving() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"service exited with {process.returncode}: {self.logs()[-5000:]}")
             try:
                 urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1).read()  # noqa: S310
-                return
-            except (URLError, OSError):
-                time.sleep(0.1)
-        raise AssertionError("service did not serve /healthz in 30s")
+                return True
+            except OSError:
+                return False
+
+        wait_until(serving, 30, lambda: f"the service serving /healthz\n{self.logs()[-5000:]}", interval=0.1)
 
     def logs(self) -> str:
         """Everything every run of this service logged."""
@@ -142,17 +144,15 @@ class Service:
     def becomes_ready(self, timeout: float = 30) -> bool:
         """Whether /readyz says ready within `timeout`: a rebalance (a member joining or leaving, or
         the stall watchdog's rejoin on a loaded machine) makes it say no for a few seconds."""
-        deadline = time.monotonic() + timeout
-        while not self.ready():
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.2)
-        return True
+        try:
+            return wait_until(self.ready, timeout, "/readyz saying ready")
+        except AssertionError:
+            return False
 
     def ready(self) -> bool:
         try:
             return bool(urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2).status == 200)  # noqa: S310
-        except (URLError, OSError):
+        except OSError:
             return False
 
 
@@ -184,17 +184,48 @@ def progress(service: Service) -> int:
 
 def wait_for_messages(service: Service, expected: int, timeout: float = 180) -> Samples:
     """The service's samples once it has taken in exactly `expected` messages; fails on more (double counting)."""
-    deadline = time.monotonic() + timeout
     seen = -1
-    while time.monotonic() < deadline:
+
+    def taken_in() -> Samples | None:
+        nonlocal seen
         try:
             samples = service.scrape()
-        except (URLError, OSError):
-            time.sleep(0.5)
-            continue
+        except OSError:
+            return None
         seen = settled(samples)
         assert seen <= expected, f"more messages counted ({seen}) than sent ({expected}): double counting"
-        if seen == expected:
-            return samples
-        time.sleep(0.3)
-    raise AssertionError(f"{seen} of {expected} messages taken in after {timeout}s\n{service.logs()[-5000:]}")
+        return samples if seen == expected else None
+
+    return wait_until(taken_in, timeout, lambda: f"{seen} of {expected} messages taken in\n{service.logs()[-5000:]}",
+                      interval=0.3)
+
+
+def own_sample(service: Service, name: str) -> float:
+    """One of the process's own samples (not the shared state's), 0 while it has none or does not answer."""
+    try:
+        return service.scrape().get((name, ()), 0.0)
+    except OSError:
+        return 0.0
+
+
+def assigned_partitions(service: Service) -> int:
+    """The input partitions the instance holds (has claimed)."""
+    return int(own_sample(service, "stream_ndcg_assigned_partitions"))
+
+
+def records_committed(service: Service) -> int:
+    """The records the instance itself has committed (the sizes of its batches, summed): the event
+    counters are the shared state's, every instance reports them all."""
+    return int(own_sample(service, "stream_ndcg_batch_events_sum"))
+
+
+def wait_for_progress(service: Service, at_least: int, timeout: float = 120) -> int:
+    """The messages the service has taken in, once they are `at_least` (a point of the stream, not a time)."""
+    return wait_until(lambda: (n := progress(service)) >= at_least and n, timeout,
+                      lambda: f"{at_least} messages taken in\n{service.logs()[-3000:]}")
+
+
+def wait_for_partitions(service: Service, timeout: float = 60) -> int:
+    """The partitions the instance holds, once it holds any: it has joined the group and claimed them."""
+    return wait_until(lambda: assigned_partitions(service), timeout,
+                      lambda: f"partitions held by the instance on port {service.port}\n{service.logs()[-3000:]}")

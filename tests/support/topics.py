@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
 from stream_ndcg.devtools.producer import produce
+from tests.support.wait import wait_until
 
 
 def create_topic(bootstrap: str, partitions: int = 1) -> str:
@@ -18,16 +18,16 @@ def create_topic(bootstrap: str, partitions: int = 1) -> str:
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         admin.create_topics([NewTopic(name, partitions, 1)])
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+
+        def led() -> bool:
             described = admin.describe_topics([name])
             leaders = [p.get("leader_id", -1) for p in described[0].get("partitions", [])] if described else []
-            if len(leaders) == partitions and all(leader >= 0 for leader in leaders):
-                return name
-            time.sleep(0.2)
+            return len(leaders) == partitions and all(leader >= 0 for leader in leaders)
+
+        wait_until(led, 30, f"a leader for each of the {partitions} partitions of {name}")
     finally:
         admin.close()
-    raise AssertionError(f"topic {name} has no leader for all {partitions} partitions after 30s")
+    return name
 
 
 def send_paced(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]], rate: float) -> threading.Thread:

@@ -2,47 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
 from typing import Any
 from urllib.request import urlopen
 
 from prometheus_client import CollectorRegistry, generate_latest
 
 from stream_ndcg import __version__
-from stream_ndcg.engine import Engine
-from stream_ndcg.events import Impression
 from stream_ndcg.exporter import Exporter, WindowView
-from stream_ndcg.metric import Measure
 from stream_ndcg.segments import SegmentProjector
 from stream_ndcg.state.memory import MemoryStore
-from tests.support.batches import apply_batch, parsed
-from tests.support.deploy import promtool
-
-T0 = 1_763_683_200_000
-MINUTE = 60_000
-
-
-def event(**fields: object) -> bytes:
-    return json.dumps(fields).encode()
-
-
-def build(segment_labels: tuple[str, ...] = ("variant",)) -> tuple[MemoryStore, Engine, CollectorRegistry]:
-    store = MemoryStore(bucket_ms=MINUTE)
-    engine = Engine(Measure(cutoffs=(1, 10)), MINUTE)
-    registry = CollectorRegistry()
-    view = WindowView(cutoffs=(1, 10), windows_ms=(5 * MINUTE, 60 * MINUTE), bucket_ms=MINUTE,
-                      segment_labels=segment_labels, event_clock=True, pipeline="search")
-    Exporter(registry, store, view)
-    return store, engine, registry
-
-
-def feed(store: MemoryStore, engine: Engine, messages: list[bytes], projector: SegmentProjector | None = None) -> None:
-    events = parsed(messages)
-    if projector is not None:
-        events = [projector.project(e) if isinstance(e, Impression) else e for e in events]
-    apply_batch(store, engine, "t:0", events, epoch=store.claim("t:0"), next_offset=len(messages))
+from tests.support.exporter import MINUTE, T0, build, event, feed
 
 
 def test_window_gauges_and_counters() -> None:
@@ -116,19 +86,6 @@ def test_build_info_and_the_process_and_runtime_metrics_are_exported() -> None:
     assert registry.get_sample_value("process_resident_memory_bytes")
     names = {metric.name for metric in registry.collect()}
     assert {"python_info", "python_gc_objects_collected"} <= names
-
-
-def test_a_scrape_passes_promtool_check_metrics() -> None:
-    store, engine, registry = build(("variant", "engine"))
-    feed(store, engine, [
-        event(type="impression", impression_id="i", query_id="q", ts=T0, results=["a", "b"],
-              segment={"variant": "A", "engine": "web"}),
-        event(type="judgment", query_id="q", doc_id="a", grade=2, ts=T0),
-    ])
-    result = subprocess.run([promtool(), "check", "metrics"], input=generate_latest(registry),
-                            capture_output=True, check=False)
-    assert result.returncode == 0, (result.stdout + result.stderr).decode()
-    assert not result.stdout.strip() and not result.stderr.strip(), (result.stdout + result.stderr).decode()
 
 
 def test_the_warm_up_reads_the_buckets_so_that_a_scrape_reads_only_what_changed_since() -> None:

@@ -11,6 +11,8 @@ import pytest
 
 pytest.importorskip("atheris")
 
+pytestmark = pytest.mark.fuzz
+
 HARNESS = Path(__file__).with_name("atheris_parser.py")
 EXAMPLES = Path(__file__).parents[2] / "examples" / "events.jsonl"
 SELFTEST_VARIABLE = "STREAM_NDCG_FUZZ_SELFTEST"

@@ -16,7 +16,9 @@ import pytest
 import yaml
 
 from stream_ndcg.config import Settings
-from tests.support.deploy import CHART, DEPLOY, ROOT, compose, helm, promtool, tool
+from tests.support.deploy import CHART, DEPLOY, ROOT, helm, promtool, tool
+
+pytestmark = pytest.mark.deploy
 
 MAXIMAL = CHART / "ci" / "maximal-values.yaml"
 KUBERNETES_VERSION = "1.31.0"
@@ -194,13 +196,6 @@ def test_the_files_generated_from_the_chart_are_up_to_date() -> None:
     result = subprocess.run([sys.executable, str(DEPLOY / "render.py"), "--check"], capture_output=True, text=True,
                             check=False)
     assert result.returncode == 0, result.stderr
-
-
-def test_the_compose_values_match_the_compose_service() -> None:
-    values = yaml.safe_load((DEPLOY / "compose-values.yaml").read_text())
-    settings = Settings.load(environ=compose()["services"]["stream-ndcg"]["environment"])
-    assert tuple(values["config"]["segment_labels"]) == settings.segment_labels
-    assert tuple(values["config"]["k"]) == settings.k
 
 
 def test_checkov_finds_no_unexplained_failure(tmp_path: Path) -> None:

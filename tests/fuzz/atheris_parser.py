@@ -5,7 +5,7 @@ numbers from the end). Each message is parsed under the default limits, which le
 checks, and under the tight ones, which it then crosses.
 test_atheris.py runs this script; by hand::
 
-    python tests/unit/atheris_parser.py -max_len=4096 -artifact_prefix=/tmp/ CORPUS_DIR
+    python tests/fuzz/atheris_parser.py -max_len=4096 -artifact_prefix=/tmp/ CORPUS_DIR
 
 With STREAM_NDCG_FUZZ_SELFTEST=1 an accepted impression counts as a failure, so that one can see a
 failing check reported as a crash.

@@ -1,8 +1,10 @@
-"""Real servers for the integration tests: a KRaft Kafka broker and redis-server on loopback.
+"""Real servers for the tiers that need them (integration, the browser's page on a running service):
+a KRaft Kafka broker and redis-server on loopback, started once per session on first use.
 
-The fixtures use the same code as `stream-ndcg dev up` (stream_ndcg.devtools.servers).
-Each test gets its own topic, consumer group and Redis namespace, so tests
-share the servers without sharing state. What tests use besides fixtures is in tests/support.
+A pytest plugin (tests/conftest.py registers it), so that every tier shares one broker in a session
+that runs several; a fixture starts nothing until a test asks for it, and tests/unit asks for none.
+The fixtures use the same code as `stream-ndcg dev up` (stream_ndcg.devtools.servers). Each test gets
+its own topic, consumer group and Redis namespace, so tests share the servers without sharing state.
 """
 
 from __future__ import annotations
