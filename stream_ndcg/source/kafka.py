@@ -17,6 +17,11 @@ kafka-python 3.0 faults this adapter works around (each seen in this project's t
 - a consumer can stop fetching partitions that have records after some rebalances
   (dpkp/kafka-python#3131): a quiet partition's end offset is compared with the position
   every `STALL_CHECK_S`, and `ConsumerStalled` tells the processor to open a new consumer;
+- a member can be left out of its group after a rebalance: poll() returned early while the group
+  was forming, the assignment that came later was never applied and heartbeats stayed off, so
+  the broker dropped the member and it never rejoined while no records came (seen with two
+  instances starting together): a member that is not a stable member of its group for
+  `UNSTABLE_GROUP_S` raises `ConsumerStalled` too;
 - kafka-python reads uncommitted records unless told otherwise, and its `highwater()` is the
   high watermark even under read-committed (it drops the last stable offset that fetch
   responses carry): `consumer_options` always sets `isolation_level="read_committed"`, and
@@ -39,7 +44,7 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import IllegalStateError, KafkaError, UnsupportedCodecError
-from kafka.structs import OffsetAndMetadata
+from kafka.structs import MemberState, OffsetAndMetadata
 
 from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled, UndecodableRecords
 from stream_ndcg.source.base import Partition, Record, StartFrom
@@ -81,6 +86,9 @@ class KafkaSource:
 
     # After this long without records from a partition, ask the brokers whether it has some.
     STALL_CHECK_S = 15.0
+    # Longer than a rebalance may take (the brokers wait up to max_poll_interval_ms, 60 s, for
+    # the members to rejoin), so that only a member left out is reopened.
+    UNSTABLE_GROUP_S = 90.0
 
     def __init__(self, connect: Callable[[], KafkaConsumer]) -> None:
         self._connect = connect
@@ -89,6 +97,8 @@ class KafkaSource:
         # When each assigned partition last gave records (or was sought).
         self._last_records: dict[Partition, float] = {}
         self._next_stall_check = 0.0
+        # Since when the member has not been a stable member of its group (None: it is).
+        self._unstable_since: float | None = None
 
     @property
     def consumer(self) -> KafkaConsumer:
@@ -112,6 +122,7 @@ class KafkaSource:
         self._revocations = queue.SimpleQueue()
         self.consumer.subscribe(list(topics), listener=_Revocations(self._revocations))
         self._last_records.clear()
+        self._unstable_since = None
         self._next_stall_check = time.monotonic() + self.STALL_CHECK_S
 
     def poll(self, timeout_ms: int, max_records: int) -> dict[Partition, list[Record]]:
@@ -128,6 +139,7 @@ class KafkaSource:
             raise BrokerUnavailable(f"Kafka poll failed: {type(exc).__name__}: {exc}") from exc
         if not polled and self._coordinator_lost():
             raise BrokerUnavailable("Kafka group coordinator unreachable")
+        self._check_membership()
         now = time.monotonic()
         batch: dict[Partition, list[Record]] = {}
         for tp, records in polled.items():
@@ -218,6 +230,21 @@ class KafkaSource:
         coordinator's methods act on the client, which is the IO thread's)."""
         coordinator: Any = self.consumer._coordinator
         return coordinator.coordinator_id is None
+
+    def _check_membership(self) -> None:
+        """ConsumerStalled if this member has not been a stable member of its group for
+        `UNSTABLE_GROUP_S` (an attribute read, as in `_coordinator_lost`)."""
+        coordinator: Any = self.consumer._coordinator
+        if getattr(coordinator, "state", MemberState.STABLE) is MemberState.STABLE:
+            self._unstable_since = None
+            return
+        now = time.monotonic()
+        if self._unstable_since is None:
+            self._unstable_since = now
+        elif now - self._unstable_since > self.UNSTABLE_GROUP_S:
+            self._unstable_since = None
+            raise ConsumerStalled(f"not a stable member of the consumer group for {self.UNSTABLE_GROUP_S:.0f}s "
+                                  f"({coordinator.state.strip('<>')}): rejoining the group")
 
     def _check_stalled(self) -> None:
         """ConsumerStalled if an assigned partition that gave no records lately has some past our position."""

@@ -5,12 +5,14 @@ never returns records: neither fault can be caused on demand in a real one."""
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from kafka import TopicPartition
 from kafka.errors import UnsupportedCodecError
+from kafka.structs import MemberState
 
 from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled, UndecodableRecords
 from stream_ndcg.source.base import Partition
@@ -25,7 +27,7 @@ class SilentConsumer:
     def __init__(self, end_offset: int, coordinator_id: int | None = 1) -> None:
         self.end_offset = end_offset
         # What kafka-python's poll() leaves there: None once the coordinator is lost.
-        self._coordinator = SimpleNamespace(coordinator_id=coordinator_id)
+        self._coordinator = SimpleNamespace(coordinator_id=coordinator_id, state=MemberState.STABLE)
         self.sought: list[tuple[TopicPartition, int]] = []
 
     def subscribe(self, topics: list[str], listener: Any) -> None:
@@ -72,6 +74,30 @@ def test_an_empty_poll_without_a_group_coordinator_means_the_brokers_are_gone() 
     source = source_over(SilentConsumer(end_offset=0, coordinator_id=None))
     with pytest.raises(BrokerUnavailable, match="coordinator"):
         source.poll(10, 10)
+
+
+def test_a_member_left_out_of_its_group_is_reopened_after_a_while() -> None:
+    consumer = SilentConsumer(end_offset=0)
+    source = source_over(consumer)
+    source.UNSTABLE_GROUP_S = 0.05
+    consumer._coordinator.state = MemberState.REBALANCING
+    source.poll(10, 10)  # noticed
+    time.sleep(0.1)  # the time itself is what is tested: longer than UNSTABLE_GROUP_S
+    with pytest.raises(ConsumerStalled, match="not a stable member.*rebalancing"):
+        source.poll(10, 10)
+
+
+def test_a_member_that_becomes_stable_again_is_left_alone() -> None:
+    consumer = SilentConsumer(end_offset=0)
+    source = source_over(consumer)
+    source.UNSTABLE_GROUP_S = 0.05
+    consumer._coordinator.state = MemberState.REBALANCING
+    source.poll(10, 10)
+    consumer._coordinator.state = MemberState.STABLE
+    source.poll(10, 10)
+    time.sleep(0.1)
+    consumer._coordinator.state = MemberState.REBALANCING
+    source.poll(10, 10)  # a new rebalance: its clock starts now
 
 
 def test_partitions_are_named_and_sought_as_kafka_python_expects() -> None:
