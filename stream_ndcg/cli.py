@@ -11,13 +11,14 @@ import sys
 from collections.abc import Sequence
 
 from stream_ndcg import __version__
-from stream_ndcg.config import EPOCH_SECONDS_BELOW_MS, Settings, add_setting_flags, env_name
+from stream_ndcg.config import EPOCH_SECONDS_BELOW_MS, Settings, env_name
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import Limits
 from stream_ndcg.offline.clicks import JudgmentWriter, add_click_flags, click_judge_of
 from stream_ndcg.offline.files import replay_files
 from stream_ndcg.offline.history import add_history_flags, history_of, settings_of, write_history
 from stream_ndcg.offline.replay import Replay
+from stream_ndcg.setting_flags import add_setting_flags
 from stream_ndcg.setting_values import format_duration, parse_cutoffs
 
 

@@ -20,8 +20,7 @@ from those fields, so none of them can drift from the others.
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -77,7 +76,7 @@ def setting(default: T, help: str, parse: Callable[[Any], Any], *, metavar: str 
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-_DURATION = "DURATION"
+DURATION = "DURATION"
 _DAY_MS = 86_400_000
 _CLICK_GRADES = ("thresholds", "score")
 
@@ -146,15 +145,15 @@ class Settings:
         (300_000, 3_600_000, 86_400_000), "rolling windows, comma-separated (whole numbers of buckets)",
         values.durations, metavar="DURATION,...")
     bucket: int = setting(60_000, "time bucket of the state and the window edges (at least 1s)",
-                          values.duration(1000), metavar=_DURATION)
-    grace: int = setting(600_000, "kept beyond the longest window", values.duration(0), metavar=_DURATION)
+                          values.duration(1000), metavar=DURATION)
+    grace: int = setting(600_000, "kept beyond the longest window", values.duration(0), metavar=DURATION)
     judgment_ttl: int = setting(
         30 * 86_400_000, "how long a query's judgments outlive its last event; older judgments are too_old",
-        values.duration(1), metavar=_DURATION)
+        values.duration(1), metavar=DURATION)
     dedup_horizon: int = setting(
         3_600_000, "how long an impression id is remembered after it was accepted (by the clock), so that a "
         "producer's resend of the same impression is dropped; an id seen again later is a new impression",
-        values.duration(1000), metavar=_DURATION)
+        values.duration(1000), metavar=DURATION)
     clock: str = setting("wall", "what decides a window's edges: the wall clock or the newest event time",
                          values.choice("wall", "event"), metavar="CLOCK", choices=("wall", "event"))
     segment_labels: tuple[str, ...] = setting(
@@ -177,22 +176,22 @@ class Settings:
     api_token: str = setting("", "bearer token every API request must carry (empty: none); masked in all output",
                              values.as_text, secret=True)
     batch_size: int = setting(500, "records per batch", values.integer(1), metavar="N")
-    linger: int = setting(100, "longest wait for a batch", values.duration(0), metavar=_DURATION)
+    linger: int = setting(100, "longest wait for a batch", values.duration(0), metavar=DURATION)
     max_results: int = setting(1000, "longest accepted list; longer impressions are rejected", values.integer(1),
                                metavar="N")
     max_message_bytes: int = setting(1_048_576, "largest accepted message, in bytes", values.integer(1), metavar="N")
     require_key: bool = setting(True, "reject messages without a Kafka key (keys keep a query on one partition)",
                                 values.boolean, metavar="BOOL")
     max_future: int = setting(86_400_000, "reject event times further ahead of the wall clock", values.duration(0),
-                              metavar=_DURATION)
+                              metavar=DURATION)
     click_model: str = setting(
         "coec", "the click model that turns clicks into judgments: clicks over expected clicks, or a cascade model",
         values.choice(*MODELS), metavar="MODEL", choices=MODELS)
     click_horizon: int = setting(
         14 * _DAY_MS, "how far back clicks count: older buckets of click counts are forgotten",
-        values.duration(1000), metavar=_DURATION)
+        values.duration(1000), metavar=DURATION)
     click_bucket: int = setting(_DAY_MS, "time bucket of the click counts, by the impression's time (the step of "
-                                "click_horizon)", values.duration(1000), metavar=_DURATION)
+                                "click_horizon)", values.duration(1000), metavar=DURATION)
     click_max_rank: int = setting(20, "deepest rank the click models count: results and clicks below it are ignored",
                                   values.integer(1, 1000), metavar="N")
     click_min_impressions: int = setting(
@@ -200,9 +199,9 @@ class Settings:
         "grade it had is retracted)", values.integer(1), metavar="N")
     click_session: int = setting(
         1_800_000, "how long after an impression its clicks are taken, and how long a click waits for its "
-        "impression; then they are final", values.duration(0), metavar=_DURATION)
+        "impression; then they are final", values.duration(0), metavar=DURATION)
     judge_interval: int = setting(3_600_000, "how often click judgments are decided: at every multiple of this on "
-                                  "the clock", values.duration(1000), metavar=_DURATION)
+                                  "the clock", values.duration(1000), metavar=DURATION)
     click_grade: str = setting(
         "thresholds", "a click model's score becomes a grade 0-3 by click_thresholds, or is the grade itself (for "
         "gain linear)", values.choice(*_CLICK_GRADES), metavar="HOW", choices=_CLICK_GRADES)
@@ -334,7 +333,7 @@ class Settings:
             value = getattr(self, name)
             if spec.secret:
                 value = values.mask_url(value) if name.endswith("_url") else ("***" if value else "")
-            elif spec.metavar.startswith(_DURATION):
+            elif spec.metavar.startswith(DURATION):
                 value = ([values.format_duration(v) for v in value] if isinstance(value, tuple)
                          else values.format_duration(value))
             shown[name] = list(value) if isinstance(value, tuple) else value
@@ -347,53 +346,3 @@ def env_name(name: str) -> str:
 
 def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
-
-
-def shown_default(name: str) -> str:
-    """A setting's default as a person writes it: 5m not 300000, 5,10 not (5, 10)."""
-    spec = Settings.specs()[name]
-    value = next(f.default for f in fields(Settings) if f.name == name)
-    if spec.shown_default:
-        return spec.shown_default
-    items = value if isinstance(value, tuple) else (value,)
-    if spec.metavar.startswith(_DURATION):
-        items = tuple(values.format_duration(v) for v in items)
-    return ",".join(str(v).lower() if isinstance(v, bool) else str(v) for v in items)
-
-
-def help_line(name: str, *, variable: bool = True) -> str:
-    """The one line of `--help` for a setting: meaning, default, allowed values, and its variable
-    (not for a command that reads flags only)."""
-    spec = Settings.specs()[name]
-    parts = [spec.help]
-    default = shown_default(name)
-    parts.append(f"default {default}" if default else "default empty")
-    if spec.choices:
-        parts.append(f"one of {', '.join(spec.choices)}")
-    if variable:
-        parts.append(f"env {env_name(name)}")
-    return "; ".join(parts)
-
-
-def add_setting_flags(parser: argparse._ActionsContainer, names: Iterable[str], *, variables: bool = True,
-                      flags: Mapping[str, str] | None = None) -> None:
-    """One flag per setting, from its declaration: its name (or `flags`' other name for it), value
-    and help. Values stay text here: `Settings.load` checks them and names the flag in its message."""
-    specs = Settings.specs()
-    for name in names:
-        parser.add_argument((flags or {}).get(name, flag_name(name)), dest=name, metavar=specs[name].metavar,
-                            help=help_line(name, variable=variables))
-
-
-def markdown_table() -> str:
-    """The settings table of docs/configuration.md, generated from the declarations."""
-    rows = ["| setting | default | meaning |", "|---|---|---|"]
-    for name, spec in Settings.specs().items():
-        default = shown_default(name)
-        shown = f"`{default}`" if default and not spec.shown_default else default
-        meaning = spec.help + (f" (one of {', '.join(f'`{c}`' for c in spec.choices)})" if spec.choices else "")
-        rows.append(f"| `{name}` | {shown} | {meaning} |")
-    return "\n".join(rows) + "\n"
-
-if __name__ == "__main__":
-    print(markdown_table(), end="")

@@ -19,8 +19,9 @@ from typing import TextIO
 from stream_ndcg import wiring
 from stream_ndcg.click_judge import ClickJudge, ClickJudgment
 from stream_ndcg.click_models import MODELS
-from stream_ndcg.config import Settings, add_setting_flags, flag_name
+from stream_ndcg.config import Settings, flag_name
 from stream_ndcg.errors import ConfigError
+from stream_ndcg.setting_flags import add_setting_flags
 
 # The settings of the click models a replay takes (`click_model` is --click-model's own flag:
 # without it the replay scores with the files' judgments).

@@ -39,10 +39,11 @@ from typing import Any, TextIO
 from prometheus_client import CollectorRegistry
 
 from stream_ndcg import wiring
-from stream_ndcg.config import Settings, add_setting_flags, flag_name
+from stream_ndcg.config import Settings, flag_name
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import Click, Event, InvalidEvent
 from stream_ndcg.exporter import Exporter, WindowView
+from stream_ndcg.setting_flags import add_setting_flags
 from stream_ndcg.source.local import LocalRecord
 from stream_ndcg.state.memory import MemoryStore
 from stream_ndcg.vocabulary import MetricName

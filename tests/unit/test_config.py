@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from stream_ndcg.cli import main
-from stream_ndcg.config import Settings, help_line, markdown_table
+from stream_ndcg.config import Settings
 from stream_ndcg.errors import ConfigError
+from stream_ndcg.setting_flags import help_line, markdown_table
 from stream_ndcg.setting_values import mask_url, parse_duration_ms
 
 
@@ -176,7 +177,8 @@ def test_constructing_settings_parses_and_checks_every_field() -> None:
 
 def test_the_configuration_page_lists_every_declared_setting_with_its_default() -> None:
     page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
-    assert markdown_table() in page, "regenerate the table of docs/configuration.md: python -m stream_ndcg.config"
+    assert markdown_table() in page, \
+        "regenerate the table of docs/configuration.md: python -m stream_ndcg.setting_flags"
     rows = [line for line in page.splitlines() if line.startswith("| `") and line.count("|") == 4]
     table = markdown_table().splitlines()[2:]
     documented = [row.split("`")[1] for row in rows if row in table]
