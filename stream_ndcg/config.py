@@ -126,6 +126,12 @@ class Settings:
     redis_cluster: bool = setting(
         False, "true for a Redis Cluster: redis_url names any one node (database 0), the client finds the "
         "others and follows slot moves", values.boolean, metavar="BOOL")
+    redis_sentinels: str = setting(
+        "", "Redis Sentinel addresses, host:port, comma-separated: the master of redis_sentinel_master is asked "
+        "of them, and found again after a failover; redis_url then gives only the user, password, database and "
+        "TLS", values.optional_servers, metavar="HOST:PORT,...", shown_default="(none)")
+    redis_sentinel_master: str = setting("mymaster", "the name under which the sentinels monitor the master",
+                                         values.word, metavar="NAME")
     rebuild: bool = setting(
         False, "one-off: if the stored state cannot serve this metric configuration (see Operations), start it "
         "afresh and consume from the beginning of the topics", values.boolean, metavar="BOOL")
@@ -232,6 +238,9 @@ class Settings:
         if self.redis_cluster and (parts.scheme == "unix" or parts.path.strip("/") not in ("", "0")):
             raise SettingError("redis_url", f"{values.mask_url(self.redis_url)!r}: a Redis Cluster "
                                "(redis_cluster=true) is reached over TCP and has database 0 only")
+        if self.redis_sentinels and self.redis_cluster:
+            raise SettingError("redis_sentinels", "a Redis Cluster fails over by itself: set redis_sentinels or "
+                               "redis_cluster, not both")
         if self.security_protocol.startswith("SASL"):
             if not self.sasl_mechanism:
                 raise SettingError("sasl_mechanism", f"needed with {self.security_protocol}: one of "
@@ -318,6 +327,9 @@ class Settings:
         """Connection and security options shared by every Kafka client of the service."""
         options: dict[str, Any] = {"bootstrap_servers": self.bootstrap_servers.split(","),
                                    "security_protocol": self.security_protocol}
+        if self.redis_sentinels and self.redis_cluster:
+            raise SettingError("redis_sentinels", "a Redis Cluster fails over by itself: set redis_sentinels or "
+                               "redis_cluster, not both")
         if self.security_protocol.startswith("SASL"):
             options.update(sasl_mechanism=self.sasl_mechanism, sasl_plain_username=self.sasl_username,
                            sasl_plain_password=self.sasl_password)

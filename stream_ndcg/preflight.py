@@ -98,7 +98,8 @@ def min_insync_replicas(admin: KafkaAdminClient, topics: list[str]) -> dict[str,
 def check_redis(settings: Settings, report: Callable[[str], None]) -> list[str]:
     where = mask_url(settings.redis_url)
     try:
-        client = connect(settings.redis_url, cluster=settings.redis_cluster, ca_file=settings.redis_ca_file)
+        client = connect(settings.redis_url, cluster=settings.redis_cluster, ca_file=settings.redis_ca_file,
+                         sentinels=settings.redis_sentinels, master=settings.redis_sentinel_master)
         try:
             client.ping()
             version = client.info("server").get("redis_version", "?") if not settings.redis_cluster else "cluster"

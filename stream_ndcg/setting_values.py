@@ -194,6 +194,11 @@ def servers(value: Any) -> str:
     return ",".join(servers)
 
 
+def optional_servers(value: Any) -> str:
+    """`servers`, or empty for none."""
+    return servers(value) if csv(value) else ""
+
+
 def redis_url(value: Any) -> str:
     url = as_text(value).strip()
     shown = mask_url(url)

@@ -83,7 +83,8 @@ def redis_store(settings: Settings,
     from stream_ndcg.state.redis_reads import connect
 
     return RedisStore(
-        lambda: connect(settings.redis_url, cluster=settings.redis_cluster, ca_file=settings.redis_ca_file),
+        lambda: connect(settings.redis_url, cluster=settings.redis_cluster, ca_file=settings.redis_ca_file,
+                        sentinels=settings.redis_sentinels, master=settings.redis_sentinel_master),
         namespace=settings.key_namespace,
         bucket_ms=settings.bucket,
         horizon_ms=settings.horizon,

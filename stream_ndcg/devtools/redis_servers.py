@@ -7,6 +7,7 @@ cluster, with AOF ``everysec`` as production should run it.
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import ssl
@@ -39,6 +40,8 @@ class RedisServer(LocalServer):
     cluster: bool = False
     # The cluster bus port: by default the port + 10000, out of range for high free ports.
     bus_port: int = field(default_factory=free_port)
+    # A replica of the server on this port (--replicaof), or None.
+    replica_of: int | None = None
 
     @property
     def url(self) -> str:
@@ -46,8 +49,8 @@ class RedisServer(LocalServer):
 
     @classmethod
     def start(cls, workdir: Path, port: int | None = None, *, detach: bool = False,
-              tls: TlsFiles | None = None, cluster: bool = False) -> RedisServer:
-        server = cls(Path(workdir), port or free_port(), tls=tls, cluster=cluster)
+              tls: TlsFiles | None = None, cluster: bool = False, replica_of: int | None = None) -> RedisServer:
+        server = cls(Path(workdir), port or free_port(), tls=tls, cluster=cluster, replica_of=replica_of)
         server.workdir.mkdir(parents=True, exist_ok=True)
         server.launch(detach=detach)
         return server
@@ -66,6 +69,8 @@ class RedisServer(LocalServer):
             # nodes.conf in the node's own directory: a restarted node rejoins with its slots.
             listen += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                        "--cluster-node-timeout", "5000", "--cluster-port", str(self.bus_port)]
+        if self.replica_of is not None:
+            listen += ["--replicaof", LOOPBACK, str(self.replica_of)]
         self.process = subprocess.Popen(  # noqa: S603
             [binary, "--bind", LOOPBACK, *listen, "--dir", str(self.workdir),
              "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
@@ -150,3 +155,94 @@ class RedisClusterNodes(LocalServers):
                 return
             time.sleep(0.2)
         raise RuntimeError(f"Redis Cluster not healthy after {timeout:.0f}s")
+
+
+@dataclass
+class RedisSentinels(LocalServers):
+    """A Redis master with one replica, watched by three sentinels (quorum 2) that promote the
+    replica a few seconds after the master dies: what `redis_sentinels` points the service at.
+
+        with RedisSentinels.start(workdir) as group:
+            print(group.sentinel_addresses, group.master_name)
+    """
+
+    master: RedisServer
+    replica: RedisServer
+    sentinels: list[LocalServer]
+    sentinel_ports: list[int]
+    master_name: str = "mymaster"
+
+    @property
+    def nodes(self) -> list[LocalServer]:  # type: ignore[override]
+        return [*self.sentinels, self.master, self.replica]
+
+    @property
+    def sentinel_addresses(self) -> str:
+        return ",".join(f"{LOOPBACK}:{port}" for port in self.sentinel_ports)
+
+    @classmethod
+    def start(cls, workdir: Path, *, detach: bool = False) -> RedisSentinels:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
+        master = RedisServer.start(Path(workdir) / "master", detach=detach)
+        started: list[LocalServer] = [master]
+        try:
+            replica = RedisServer.start(Path(workdir) / "replica", detach=detach, replica_of=master.port)
+            started.append(replica)
+            group = cls(master, replica, [], [])
+            for index in range(3):
+                port = free_port()
+                home = Path(workdir) / f"sentinel-{index}"
+                home.mkdir(parents=True, exist_ok=True)
+                # Sentinels rewrite their file with what they learn: each has its own.
+                (home / "sentinel.conf").write_text("\n".join([
+                    f"port {port}", f"bind {LOOPBACK}", f"dir {home}", f"logfile {home / 'sentinel.log'}",
+                    f"sentinel monitor {group.master_name} {LOOPBACK} {master.port} 2",
+                    f"sentinel down-after-milliseconds {group.master_name} 2000",
+                    f"sentinel failover-timeout {group.master_name} 10000", ""]))
+                sentinel = LocalServer()
+                sentinel.process = subprocess.Popen(  # noqa: S603
+                    [binary, str(home / "sentinel.conf"), "--sentinel"], stdout=subprocess.DEVNULL,
+                    stderr=subprocess.STDOUT, start_new_session=detach)
+                started.append(sentinel)
+                group.sentinels.append(sentinel)
+                group.sentinel_ports.append(port)
+            group.wait_until_watched()
+        except BaseException:
+            for server in started:
+                server.stop()
+            raise
+        return group
+
+    def master_port(self) -> int | None:
+        """The master's port as a sentinel that answers says, None if none does yet."""
+        for port in self.sentinel_ports:
+            reply = _ask(port, f"SENTINEL get-master-addr-by-name {self.master_name}")
+            found = re.findall(rb"\r\n(\d+)\r\n", reply or b"")
+            if found:
+                return int(found[-1])
+        return None
+
+    def wait_until_watched(self, timeout: float = 60) -> None:
+        """Until every sentinel knows the master and its replica, and the replica is in sync."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            known = [_ask(port, f"SENTINEL replicas {self.master_name}") for port in self.sentinel_ports]
+            synced = _ask(self.replica.port, "INFO replication") or b""
+            if all(reply and str(self.replica.port).encode() in reply for reply in known) \
+                    and b"master_link_status:up" in synced:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"the sentinels do not watch the master and its replica after {timeout:.0f}s")
+
+
+def _ask(port: int, command: str) -> bytes | None:
+    """One inline command's raw reply, None if the server does not answer."""
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=1) as sock:
+            sock.sendall(command.encode() + b"\r\n")
+            # A short reply comes in one segment on loopback.
+            return sock.recv(65536)
+    except OSError:
+        return None

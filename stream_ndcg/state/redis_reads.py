@@ -17,7 +17,9 @@ from typing import Any
 
 import orjson
 import redis
+from redis.connection import SSLConnection, parse_url
 from redis.exceptions import MovedError, RedisClusterException, RedisError
+from redis.sentinel import Sentinel
 
 from stream_ndcg.errors import StoreUnavailable
 from stream_ndcg.state import format as state_format
@@ -32,16 +34,31 @@ logger = logging.getLogger(__name__)
 Client = redis.Redis | redis.RedisCluster
 
 
-def connect(url: str, *, cluster: bool = False, ca_file: str = "") -> Client:
-    """A client for one server, or for a cluster discovered from the node in `url`.
+def connect(url: str, *, cluster: bool = False, ca_file: str = "", sentinels: str = "",
+            master: str = "") -> Client:
+    """A client for one server, for the master that `sentinels` (host:port,...) name `master`, or
+    for a cluster discovered from the node in `url`.
 
-    A client for one server connects on its first command; a cluster client asks for the
-    slot map at once, so an unreachable cluster raises StoreUnavailable here (hand the
-    store a factory to defer that to the first round trip, where the loop backs off).
+    A client for one server, or through sentinels, connects on its first command (and, through
+    sentinels, asks them again for the master after a connection fails: a failover is followed);
+    a cluster client asks for the slot map at once, so an unreachable cluster raises
+    StoreUnavailable here (hand the store a factory to defer that to the first round trip, where
+    the loop backs off).
     """
     options: dict[str, Any] = {"socket_timeout": 10, "socket_connect_timeout": 5, "health_check_interval": 30}
     if ca_file:
         options["ssl_ca_certs"] = ca_file
+    if sentinels:
+        # redis_url's user, password, database and TLS, for the master; the sentinels take no password.
+        parsed: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]
+        auth = {key: parsed[key] for key in ("username", "password", "db") if key in parsed}
+        tls = {"ssl": True} if parsed.get("connection_class") is SSLConnection else {}
+        if not tls:
+            options.pop("ssl_ca_certs", None)
+        addresses = [(host, int(port)) for host, _, port in (a.rpartition(":") for a in sentinels.split(","))]
+        found = Sentinel(addresses, socket_timeout=5, socket_connect_timeout=5)  # type: ignore[no-untyped-call]
+        client: redis.Redis = found.master_for(master, **options, **auth, **tls)  # type: ignore[no-untyped-call]
+        return client
     if not cluster:
         return redis.Redis.from_url(url, **options)
     try:
