@@ -132,6 +132,11 @@ class Settings:
         "TLS", values.optional_servers, metavar="HOST:PORT,...", shown_default="(none)")
     redis_sentinel_master: str = setting("mymaster", "the name under which the sentinels monitor the master",
                                          values.word, metavar="NAME")
+    redis_wait_replicas: int = setting(
+        0, "replicas that must confirm each commit (Redis WAIT) before it counts, so that a failover cannot "
+        "lose it; one server or Sentinel only (0: off)", values.integer(0), metavar="N")
+    redis_wait_timeout: int = setting(1_000, "how long a commit waits for those replicas", values.duration(1),
+                                      metavar=DURATION)
     rebuild: bool = setting(
         False, "one-off: if the stored state cannot serve this metric configuration (see Operations), start it "
         "afresh and consume from the beginning of the topics", values.boolean, metavar="BOOL")
@@ -238,6 +243,9 @@ class Settings:
         if self.redis_cluster and (parts.scheme == "unix" or parts.path.strip("/") not in ("", "0")):
             raise SettingError("redis_url", f"{values.mask_url(self.redis_url)!r}: a Redis Cluster "
                                "(redis_cluster=true) is reached over TCP and has database 0 only")
+        if self.redis_wait_replicas and self.redis_cluster:
+            raise SettingError("redis_wait_replicas", "not with redis_cluster: a commit's WAIT would have to go to "
+                               "every master it wrote to")
         if self.redis_sentinels and self.redis_cluster:
             raise SettingError("redis_sentinels", "a Redis Cluster fails over by itself: set redis_sentinels or "
                                "redis_cluster, not both")
@@ -327,6 +335,9 @@ class Settings:
         """Connection and security options shared by every Kafka client of the service."""
         options: dict[str, Any] = {"bootstrap_servers": self.bootstrap_servers.split(","),
                                    "security_protocol": self.security_protocol}
+        if self.redis_wait_replicas and self.redis_cluster:
+            raise SettingError("redis_wait_replicas", "not with redis_cluster: a commit's WAIT would have to go to "
+                               "every master it wrote to")
         if self.redis_sentinels and self.redis_cluster:
             raise SettingError("redis_sentinels", "a Redis Cluster fails over by itself: set redis_sentinels or "
                                "redis_cluster, not both")

@@ -92,5 +92,7 @@ def redis_store(settings: Settings,
         dedup_horizon_ms=settings.dedup_horizon,
         wall_clock=settings.clock == "wall",
         cache_groups=settings.state_cache_groups,
+        wait_replicas=settings.redis_wait_replicas,
+        wait_timeout_ms=settings.redis_wait_timeout,
         observe_round_trip=observe_round_trip,
     )

@@ -96,6 +96,14 @@ class RedisServer(LocalServer):
         self.stop()
         self.launch()
 
+    def wait_until_in_sync(self, timeout: float = 60) -> None:
+        """For a replica: until its link to the master is up (the first sync done)."""
+        deadline = time.monotonic() + timeout
+        while b"master_link_status:up" not in (_ask(self.port, "INFO replication") or b""):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the replica on port {self.port} not in sync after {timeout:.0f}s")
+            time.sleep(0.2)
+
     def cluster_state(self) -> str | None:
         """This node's cluster_state (ok or fail), or None if it does not answer."""
         try:
@@ -225,13 +233,12 @@ class RedisSentinels(LocalServers):
         return None
 
     def wait_until_watched(self, timeout: float = 60) -> None:
-        """Until every sentinel knows the master and its replica, and the replica is in sync."""
+        """Until every sentinel knows the master and its replica, then until the replica is in sync."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             known = [_ask(port, f"SENTINEL replicas {self.master_name}") for port in self.sentinel_ports]
-            synced = _ask(self.replica.port, "INFO replication") or b""
-            if all(reply and str(self.replica.port).encode() in reply for reply in known) \
-                    and b"master_link_status:up" in synced:
+            if all(reply and str(self.replica.port).encode() in reply for reply in known):
+                self.replica.wait_until_in_sync(max(1.0, deadline - time.monotonic()))
                 return
             time.sleep(0.2)
         raise RuntimeError(f"the sentinels do not watch the master and its replica after {timeout:.0f}s")

@@ -35,7 +35,7 @@ import orjson
 import redis
 
 from stream_ndcg import reconfigure
-from stream_ndcg.errors import ConfigError, FencedError
+from stream_ndcg.errors import ConfigError, FencedError, StoreUnavailable
 from stream_ndcg.query_state import QueryState
 from stream_ndcg.state import format as state_format
 from stream_ndcg.state.base import Commit, CommitInFlight, Snapshot
@@ -51,7 +51,19 @@ class RedisStore(RedisReads):
 
         store = RedisStore(lambda: connect(url, cluster=True), namespace="sndcg",
                            bucket_ms=60_000, horizon_ms=87_000_000, state_ttl_ms=2_592_000_000)
+
+    With `wait_replicas` (one server, with replicas), each commit's scripts are followed by
+    `WAIT wait_replicas wait_timeout_ms` on the same connection: a commit counts as acknowledged
+    only once that many replicas have it, so a failover cannot lose it (a commit the replicas did
+    not confirm in time is a `StoreUnavailable`: the instance claims again and reads the stored
+    offset, which the commit moved or not, as after any lost reply).
     """
+
+    def __init__(self, client: Client | Callable[[], Client], *, wait_replicas: int = 0,
+                 wait_timeout_ms: int = 1_000, **options: Any) -> None:
+        super().__init__(client, **options)
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_ms = wait_timeout_ms
 
     def adopt(self, config: Mapping[str, object], *, rebuild: bool = False) -> bool:
         keys = self._config_keys()
@@ -131,6 +143,8 @@ class RedisStore(RedisReads):
                     "" if commit.expected_offset is None else str(commit.expected_offset))
                    for commit, (keys, payload, _) in zip(commits, prepared, strict=True)]
         client = self.client
+        if self.wait_replicas and isinstance(client, redis.Redis):
+            scripts.append(("WAIT", self.wait_replicas, self.wait_timeout_ms))
         if not overlap or not isinstance(client, redis.Redis):
             return _RedisCommit(self, list(commits), ttls, written, functools.partial(_executed, client, scripts))
         started = time.perf_counter()
@@ -250,9 +264,17 @@ class _RedisCommit:
 
     def finish(self) -> float:
         store, commits = self.store, self.commits
-        with store._round_trip("commit", forget=[commit.partition for commit in commits], earlier_s=self.sending_s):
+        forget = [commit.partition for commit in commits]
+        with store._round_trip("commit", forget=forget, earlier_s=self.sending_s):
             results = self.read()
         acknowledged = time.monotonic()
+        if len(results) > len(commits):
+            replicated = results.pop()
+            if replicated < store.wait_replicas and 1 in results:
+                for partition in forget:
+                    store._cache.forget(partition)
+                raise StoreUnavailable(f"commit confirmed by {replicated} of the {store.wait_replicas} replicas "
+                                       f"wait_replicas asks for within {store.wait_timeout_ms} ms")
         refused = []
         for commit, result, ttls in zip(commits, results, self.state_ttls, strict=True):
             if result == 1:

@@ -1,18 +1,27 @@
-"""Redis Sentinel: the service finds the master through the sentinels and, when the master dies and
-a replica is promoted, finds the new one; its numbers still equal the replay."""
+"""Redis with replicas: a commit that waits for its replica (`redis_wait_replicas`), and Redis Sentinel:
+the service finds the master through the sentinels and, when the master dies and a replica is
+promoted, finds the new one; its numbers still equal the replay."""
 
 from __future__ import annotations
 
 import gc
+import os
+import signal
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from stream_ndcg.devtools.redis_servers import RedisSentinels
 from stream_ndcg.devtools.servers import KafkaBroker
+from stream_ndcg.engine import Engine
+from stream_ndcg.errors import StoreUnavailable
+from stream_ndcg.metric import Measure
+from stream_ndcg.state.redis import RedisStore
+from tests.support.batches import apply_batch, parsed
 from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
 from tests.support.service import Service, progress, service_environment, wait_for_messages
 from tests.support.topics import create_topic, send_paced
@@ -32,6 +41,32 @@ def eventually(check: Callable[[], bool], timeout: float, what: str) -> None:
     while not check():
         assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
         time.sleep(0.5)
+
+
+def test_a_commit_waits_for_its_replica_and_one_it_did_not_confirm_is_an_outage(
+        sentinels: RedisSentinels) -> None:
+    store = RedisStore(redis.Redis.from_url(sentinels.master.url), namespace="wait", bucket_ms=60_000,
+                       horizon_ms=3_600_000, state_ttl_ms=86_400_000, wall_clock=False, wait_replicas=1,
+                       wait_timeout_ms=500)
+    engine = Engine(Measure(cutoffs=(5,)), 60_000)
+    events = parsed([value for _, value in simulated(100, seed=5, malformed=0.0)])
+    epoch = store.claim("t:0")
+    apply_batch(store, engine, "t:0", events[:50], epoch=epoch, next_offset=50)
+    replica = redis.Redis.from_url(sentinels.replica.url)
+    # Confirmed: the replica had it when the commit returned.
+    assert replica.hget("{wait:t:0}:meta", "offset") == b"50"
+    replica_pid = sentinels.replica.pid
+    assert replica_pid is not None
+    os.kill(replica_pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(StoreUnavailable, match="confirmed by 0 of the 1 replicas"):
+            apply_batch(store, engine, "t:0", events[50:], epoch=epoch, next_offset=100)
+    finally:
+        os.kill(replica_pid, signal.SIGCONT)
+    # The master has it: the instance that claims again resumes after it, nothing counted twice.
+    assert store.next_offset("t:0") == 100
+    eventually(lambda: replica.hget("{wait:t:0}:meta", "offset") == b"100", 30, "the replica caught up")
+    replica.close()
 
 
 def test_the_master_found_through_sentinels_fails_over_and_no_number_changes(
