@@ -45,10 +45,12 @@ def test_every_kind_of_bad_message_is_rejected_dead_lettered_and_harmless(
     dead_letters = create_topic(kafka.bootstrap, partitions=1)
     valid = list(Simulator(SimulationSpec(events=3000, seed=17, queries=100, rate=100.0)).messages())
     stream: list[tuple[bytes | None, bytes | None]] = []
+    # One bad message in every `step` valid ones, each case once.
+    step = len(valid) // (len(cases) + 1)
     for i, message in enumerate(valid):
         stream.append(message)
-        if i % 50 == 25 and i // 50 < len(cases):
-            _, bad_key, bad_value, _ = cases[i // 50]
+        if i % step == step // 2 and i // step < len(cases):
+            _, bad_key, bad_value, _ = cases[i // step]
             stream.append((bad_key, bad_value))
     assert sum(1 for m in stream if m not in valid) == len(cases)
     produce(kafka.bootstrap, topic, stream, max_request_size=4 * LIMIT)
