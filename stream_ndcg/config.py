@@ -129,7 +129,7 @@ class Settings:
     redis_sentinels: str = setting(
         "", "Redis Sentinel addresses, host:port, comma-separated: the master of redis_sentinel_master is asked "
         "of them, and found again after a failover; redis_url then gives only the user, password, database and "
-        "TLS", values.optional_servers, metavar="HOST:PORT,...", shown_default="(none)")
+        "TLS", values.sentinels, metavar="HOST:PORT,...", shown_default="(none)")
     redis_sentinel_master: str = setting("mymaster", "the name under which the sentinels monitor the master",
                                          values.word, metavar="NAME")
     redis_wait_replicas: int = setting(
@@ -335,12 +335,6 @@ class Settings:
         """Connection and security options shared by every Kafka client of the service."""
         options: dict[str, Any] = {"bootstrap_servers": self.bootstrap_servers.split(","),
                                    "security_protocol": self.security_protocol}
-        if self.redis_wait_replicas and self.redis_cluster:
-            raise SettingError("redis_wait_replicas", "not with redis_cluster: a commit's WAIT would have to go to "
-                               "every master it wrote to")
-        if self.redis_sentinels and self.redis_cluster:
-            raise SettingError("redis_sentinels", "a Redis Cluster fails over by itself: set redis_sentinels or "
-                               "redis_cluster, not both")
         if self.security_protocol.startswith("SASL"):
             options.update(sasl_mechanism=self.sasl_mechanism, sasl_plain_username=self.sasl_username,
                            sasl_plain_password=self.sasl_password)

@@ -183,20 +183,20 @@ def topics(value: Any) -> tuple[str, ...]:
     return topics
 
 
-def servers(value: Any) -> str:
+def servers(value: Any, example: str = "kafka-0:9092,kafka-1:9092") -> str:
     servers = csv(value)
     if not servers:
         raise Bad("no broker: give host:port, comma-separated")
     for server in servers:
         match = _HOST_PORT.match(server)
         if not match or (match.group(2) is not None and not 0 < int(match.group(2)) < 65536):
-            raise Bad(f"{server!r} is not host:port (example: kafka-0:9092,kafka-1:9092)")
+            raise Bad(f"{server!r} is not host:port (example: {example})")
     return ",".join(servers)
 
 
-def optional_servers(value: Any) -> str:
-    """`servers`, or empty for none."""
-    return servers(value) if csv(value) else ""
+def sentinels(value: Any) -> str:
+    """Redis Sentinel addresses, as `servers`; empty for none."""
+    return servers(value, "sentinel-0:26379,sentinel-1:26379") if csv(value) else ""
 
 
 def redis_url(value: Any) -> str:
