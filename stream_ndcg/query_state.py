@@ -50,13 +50,12 @@ class Group:
     # of one of its documents moved (`forget_exposure`). Under the pool ideal most groups a
     # judgment rewrites are renormalised only, and reuse them.
     _exposure: tuple[float, ...] | None = field(default=None, repr=False, compare=False)
-    # The ranks as the store writes them (`state.format.encode_group`), kept until they change:
-    # under the pool ideal a judgment rewrites every group of its query, most of them with the
-    # ranks they had.
-    encoded_ranks: str | None = field(default=None, repr=False, compare=False)
+    # How many times the ranks changed: what a reader that keeps something derived from them (the
+    # stored form, `state.format`) compares to know it is still theirs.
+    ranks_changes: int = field(default=0, repr=False, compare=False)
 
     def add_list(self, ranked: tuple[str, ...], count: int, depth: int, *, keep_list: bool) -> None:
-        self.encoded_ranks = None
+        self.ranks_changes += 1
         self._exposure = None
         if keep_list:
             self.lists[ranked] = self.lists.get(ranked, 0) + count

@@ -46,6 +46,7 @@ releases that read only 1 and 2 refuse.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -87,16 +88,17 @@ def encode_group(group: Group) -> str:
     else:
         cutoffs, names = layout
         credited = _whole_numbers_short(orjson.dumps([cutoffs, *[group.credited[name] for name in names]]))
-    if group.encoded_ranks is None:
+    encoded_ranks = _ENCODED_RANKS.get(group)
+    if encoded_ranks is None:
         ranks: list[object] = []
         append = ranks.append
         for doc, at in group.ranks.items():
             append(doc)
             for rank, count in at.items():
                 append(rank if count == 1 else [rank, count])
-        group.encoded_ranks = _kept(ranks)
+        encoded_ranks = _ENCODED_RANKS.put(group, _kept(ranks))
     lists = orjson.dumps([[list(ranked), count] for ranked, count in group.lists.items()])
-    return f"[{group.impressions},{credited.decode()},{group.encoded_ranks},{lists.decode()}]"
+    return f"[{group.impressions},{credited.decode()},{encoded_ranks},{lists.decode()}]"
 
 
 def decode_group(raw: bytes | str) -> Group:
@@ -118,10 +120,43 @@ def decode_group(raw: bytes | str) -> Group:
             at[item] = 1
         else:
             at[item[0]] = item[1]
+    group = Group(impressions=impressions, credited=credited, ranks=ranks,
+                  lists={tuple(ranked): count for ranked, count in stored_lists})
     # Kept encoded for the group's next write (a judgment rewrites it with these ranks, most often).
-    return Group(impressions=impressions, credited=credited, ranks=ranks,
-                 lists={tuple(ranked): count for ranked, count in stored_lists},
-                 encoded_ranks=_kept(stored_ranks))
+    _ENCODED_RANKS.put(group, _kept(stored_ranks))
+    return group
+
+
+class _RankEncodings:
+    """The stored form of each live group's ranks, until they change: under the pool ideal a
+    judgment rewrites every group of its query, most of them with the ranks they had. Keyed by the
+    group's identity and held by a weak reference, so an entry goes with its group and can never
+    answer for another; valid while the group's `ranks_changes` is the one it was made at."""
+
+    def __init__(self) -> None:
+        # No lock: the writer and the drill-down's reader both get and put, and each operation
+        # on the dict is atomic; a race costs at most a miss, never a wrong answer.
+        self._held: dict[int, tuple[weakref.ref[Group], int, str]] = {}
+
+    def get(self, group: Group) -> str | None:
+        held = self._held.get(id(group))
+        if held is None or held[0]() is not group or held[1] != group.ranks_changes:
+            return None
+        return held[2]
+
+    def put(self, group: Group, encoded: str) -> str:
+        key = id(group)
+        self._held[key] = (weakref.ref(group, lambda _: self._forget(key)), group.ranks_changes, encoded)
+        return encoded
+
+    def _forget(self, key: int) -> None:
+        held = self._held.get(key)
+        # The key may already name a newer group that reused the identity.
+        if held is not None and held[0]() is None:
+            self._held.pop(key, None)
+
+
+_ENCODED_RANKS = _RankEncodings()
 
 
 def _kept(value: object) -> str:

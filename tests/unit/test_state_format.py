@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import orjson
 import pytest
 
@@ -140,3 +142,22 @@ def test_the_memory_store_records_the_format_and_refuses_another_rebuild_or_not(
 
 def test_a_query_state_without_fields_is_empty() -> None:
     assert state_format.state_from_fields({}) == QueryState()
+
+
+def test_a_groups_stored_ranks_follow_its_ranks_and_go_with_it() -> None:
+    group = Group()
+    group.impressions += 1
+    group.add_list(("a", "b"), 1, 10, keep_list=False)
+    first = state_format.encode_group(group)
+    assert state_format.encode_group(group) == first
+    group.impressions += 1
+    group.add_list(("b", "c"), 1, 10, keep_list=False)
+    again = state_format.encode_group(group)
+    # Not the encoding kept from before: the ranks changed.
+    assert again != first and state_format.decode_group(again).ranks == group.ranks
+    held = state_format._ENCODED_RANKS._held
+    assert id(group) in held
+    key = id(group)
+    del group
+    gc.collect()
+    assert key not in held or held[key][0]() is not None
