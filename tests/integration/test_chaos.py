@@ -1,6 +1,7 @@
 """Chaos: kill -9 instances, restart the broker, kill -9 Redis (AOF everysec may roll it back up to
-a second), add and remove instances, all while the stream is consumed; the end state must equal
-the uninterrupted computation (the replay of the same events) to 1e-9.
+a second), add and remove instances, all while the stream is consumed, half of it written by a
+transactional producer with aborted transactions between its commits; the end state must equal
+the uninterrupted computation (the replay of the committed events) to 1e-9.
 
 `make test` runs the short version; `make chaos` the long one (pytest -m slow).
 """
@@ -31,7 +32,7 @@ from tests.support.service import (
     wait_for_messages,
     wait_for_partitions,
 )
-from tests.support.topics import create_topic
+from tests.support.topics import create_topic, produce_in_transactions
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -80,11 +81,22 @@ def chaos(tmp_path: Path, events: int, rounds: int, seed: int) -> None:
         # claimed), not once it was asked for.
         done: Counter[str] = Counter()
         chunks = [messages[i * len(messages) // rounds:(i + 1) * len(messages) // rounds] for i in range(rounds)]
+        # What aborted transactions write: events of their own (other ids, other grades), never counted.
+        junk = iter(Simulator(SimulationSpec(events=events // 4, seed=seed + 1_000, queries=2_000,
+                                             rate=500.0)).messages())
+        aborted = 0
         with killed_at_exit(ever):
-            for chunk, fault in zip(chunks, plan, strict=True):
-                # Produced while the broker is up: every message is in Kafka exactly once. The fault lands at a
-                # random moment of the consumption (the random wait is the chaos, not a wait for a state).
-                producer = threading.Thread(target=produce, args=(kafka.bootstrap, topic, chunk))
+            for number, (chunk, fault) in enumerate(zip(chunks, plan, strict=True)):
+                # Produced while the broker is up: every message is in Kafka exactly once, every other chunk
+                # in transactions. The fault lands at a random moment of the consumption (the random wait is
+                # the chaos, not a wait for a state).
+                if number % 2:
+                    chunk_junk = [message for _, message in zip(range(len(chunk) // 4), junk, strict=False)]
+                    aborted += len(chunk_junk)
+                    producer = threading.Thread(target=produce_in_transactions,
+                                                args=(kafka.bootstrap, topic, chunk, chunk_junk))
+                else:
+                    producer = threading.Thread(target=produce, args=(kafka.bootstrap, topic, chunk))
                 producer.start()
                 time.sleep(rnd.uniform(0.5, 2.0))
                 producer.join()
@@ -118,6 +130,7 @@ def chaos(tmp_path: Path, events: int, rounds: int, seed: int) -> None:
                 if happened:
                     done[fault] += 1
             # The situation the test is about: every fault planned happened, every kind at least once.
+            assert aborted > 0, "no aborted transaction was written"
             planned = Counter(plan)
             assert done == planned and set(planned) == set(FAULTS), \
                 f"faults planned {dict(sorted(planned.items()))}, seen to happen {dict(sorted(done.items()))}"
@@ -131,7 +144,8 @@ def chaos(tmp_path: Path, events: int, rounds: int, seed: int) -> None:
                 assert settled(other) == len(messages)
                 assert expect_equal_to_replay(other, summary, "1d", CUTOFFS) == compared
             starts = sum(i.starts for i in ever)
-            print(f"\nchaos: {len(messages)} events, {done['kill_instance']} kill -9 of an instance, "
+            print(f"\nchaos: {len(messages)} events ({aborted} more in aborted transactions), "
+                  f"{done['kill_instance']} kill -9 of an instance, "
                   f"{done['restart_broker']} broker restarts, {done['kill_redis']} Redis kill -9, "
                   f"{done['add_instance']} instances added, {done['remove_instance']} removed, "
                   f"{starts} service process starts; {compared} gauges of each of {len(instances)} instances "

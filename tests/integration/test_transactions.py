@@ -11,13 +11,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 
 from stream_ndcg.devtools.producer import produce
 from stream_ndcg.devtools.servers import KafkaBroker, kafka_tools_classpath
 from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
 from tests.support.service import Samples, Service, wait_for_messages
-from tests.support.topics import create_topic
+from tests.support.topics import create_topic, produce_in_transactions
 from tests.support.wait import holds, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
@@ -43,30 +43,6 @@ def copy_in_transactions(bootstrap: str, source: str, target: str) -> None:
         output, _ = copier.communicate(timeout=180)
         assert copier.returncode == 0, output.decode(errors="replace")[-3000:]
         assert b'"remaining":0' in output, output.decode(errors="replace")[-3000:]
-
-
-def produce_in_transactions(bootstrap: str, topic: str, committed: Messages, aborted: Messages) -> int:
-    """kafka-python's transactional producer: `committed` in transactions of 25, and an aborted
-    transaction of `aborted` messages after every second one; returns how many were aborted."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"tx-{uuid.uuid4().hex[:8]}")
-    producer.init_transactions()
-    junk = iter(aborted)
-    aborted_count = 0
-    for serial, start in enumerate(range(0, len(committed), 25)):
-        producer.begin_transaction()
-        for key, value in committed[start:start + 25]:
-            producer.send(topic, key=key, value=value)
-        producer.commit_transaction()
-        if serial % 2:
-            producer.begin_transaction()
-            for key, value in (next(junk) for _ in range(25)):
-                producer.send(topic, key=key, value=value)
-            # Written to the log before the abort (unsent records would just be dropped).
-            producer.flush()
-            producer.abort_transaction()
-            aborted_count += 25
-    producer.close()
-    return aborted_count
 
 
 def aborted_records(bootstrap: str, topic: str) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import uuid
 
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
 from stream_ndcg.devtools.producer import produce
@@ -36,3 +36,30 @@ def send_paced(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]], 
     sender = threading.Thread(target=produce, args=(bootstrap, topic, messages), kwargs={"paced": True, "rate": rate})
     sender.start()
     return sender
+
+
+def produce_in_transactions(bootstrap: str, topic: str, committed: list[tuple[bytes, bytes]],
+                            aborted: list[tuple[bytes, bytes]]) -> int:
+    """kafka-python's transactional producer: `committed` in transactions of 25, and an aborted
+    transaction of `aborted` messages (as many as there are) after every second one; returns how
+    many were aborted."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"tx-{uuid.uuid4().hex[:8]}")
+    producer.init_transactions()
+    junk = iter(aborted)
+    aborted_count = 0
+    for serial, start in enumerate(range(0, len(committed), 25)):
+        producer.begin_transaction()
+        for key, value in committed[start:start + 25]:
+            producer.send(topic, key=key, value=value)
+        producer.commit_transaction()
+        batch = [message for _, message in zip(range(25), junk, strict=False)] if serial % 2 else []
+        if batch:
+            producer.begin_transaction()
+            for key, value in batch:
+                producer.send(topic, key=key, value=value)
+            # Written to the log before the abort (unsent records would just be dropped).
+            producer.flush()
+            producer.abort_transaction()
+            aborted_count += len(batch)
+    producer.close()
+    return aborted_count
