@@ -4,6 +4,7 @@ replay, with nothing lost or counted twice."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import subprocess
@@ -12,7 +13,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from kafka.errors import KafkaError
 from stream_ndcg.devtools.servers import KafkaCluster
 from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
 from tests.support.service import Service, progress, service_environment, wait_for_messages
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -54,17 +56,8 @@ def admin_of(cluster: KafkaCluster) -> KafkaAdminClient:
     return KafkaAdminClient(bootstrap_servers=live, request_timeout_ms=10_000)
 
 
-def eventually(check: Callable[[], bool], timeout: float, what: str) -> None:
-    """Wait for `check`; an error of the cluster while it moves leaders counts as not yet."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if check():
-                return
-        except KafkaError:
-            pass
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
-        time.sleep(0.5)
+# While the cluster moves its leaders a request may fail: that is "not yet".
+eventually = functools.partial(wait_until, ignoring=(KafkaError,))
 
 
 def fully_replicated(cluster: KafkaCluster, topics: list[str]) -> bool:

@@ -9,8 +9,8 @@ what a lost acknowledged write can still do to keys outside a partition's slot."
 
 from __future__ import annotations
 
+import functools
 import gc
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +23,7 @@ from stream_ndcg.devtools.servers import KafkaBroker
 from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
 from tests.support.service import Service, progress, service_environment, wait_for_messages
 from tests.support.topics import create_topic, send_paced
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -44,16 +45,8 @@ def master_of(cluster: RedisClusterNodes, key: str) -> RedisServer:
     return next(node for node in cluster.nodes if node.port == port)
 
 
-def eventually(check: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if callable(check) and check():
-                return
-        except (redis.RedisError, OSError):
-            pass
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
-        time.sleep(0.5)
+# While a replica takes over, a request may fail: that is "not yet".
+eventually = functools.partial(wait_until, ignoring=(redis.RedisError, OSError))
 
 
 def test_a_master_killed_mid_stream_and_its_replica_promoted_changes_no_number(

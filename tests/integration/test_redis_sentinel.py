@@ -7,9 +7,8 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from tests.support.batches import apply_batch, parsed
 from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
 from tests.support.service import Service, progress, service_environment, wait_for_messages
 from tests.support.topics import create_topic, send_paced
+from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -34,13 +34,6 @@ def sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSentine
     group = RedisSentinels.start(tmp_path_factory.mktemp("redis-sentinel"))
     yield group
     group.stop()
-
-
-def eventually(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
-        time.sleep(0.5)
 
 
 def test_a_commit_waits_for_its_replica_and_one_it_did_not_confirm_is_an_outage(
@@ -65,7 +58,7 @@ def test_a_commit_waits_for_its_replica_and_one_it_did_not_confirm_is_an_outage(
         os.kill(replica_pid, signal.SIGCONT)
     # The master has it: the instance that claims again resumes after it, nothing counted twice.
     assert store.next_offset("t:0") == 100
-    eventually(lambda: replica.hget("{wait:t:0}:meta", "offset") == b"100", 30, "the replica caught up")
+    wait_until(lambda: replica.hget("{wait:t:0}:meta", "offset") == b"100", 30, "the replica caught up")
     replica.close()
 
 
@@ -81,19 +74,19 @@ def test_the_master_found_through_sentinels_fails_over_and_no_number_changes(
     services.append(service)
     service.start()
     sender = send_paced(kafka.bootstrap, topic, messages, rate=200.0)
-    eventually(lambda: progress(service) >= 1_500, 90, "the first 1,500 messages taken in")
+    wait_until(lambda: progress(service) >= 1_500, 90, "the first 1,500 messages taken in")
 
     assert sentinels.master_port() == sentinels.master.port
     sentinels.master.kill()
     # What the test is about: the sentinels promoted the replica.
-    eventually(lambda: sentinels.master_port() == sentinels.replica.port, 60, "the replica promoted")
+    wait_until(lambda: sentinels.master_port() == sentinels.replica.port, 60, "the replica promoted")
     before = progress(service)
-    eventually(lambda: progress(service) >= min(before + 500, len(messages)), 120, "taking in after the failover")
+    wait_until(lambda: progress(service) >= min(before + 500, len(messages)), 120, "taking in after the failover")
 
     sender.join(timeout=120)
     samples = wait_for_messages(service, len(messages), timeout=300)
     assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == compared_gauges()
-    eventually(service.ready, 60, "the service ready again")
+    wait_until(service.ready, 60, "the service ready again")
     logs = service.logs()
     assert service.stop() == 0
     assert "retrying in" in logs  # it saw the master go

@@ -24,13 +24,19 @@ def _text(describe: Describe) -> str:
     return describe() if callable(describe) else describe
 
 
-def wait_until(predicate: Callable[[], T | None], timeout: float, describe: Describe, interval: float = 0.2) -> T:
+def wait_until(predicate: Callable[[], T | None], timeout: float, describe: Describe, interval: float = 0.2,
+               ignoring: tuple[type[Exception], ...] = ()) -> T:
     """Poll `predicate` until it returns a true value and return that value; fail after `timeout`
     seconds with `describe` (a callable is called then: the logs as they are at the deadline).
-    An exception raised by `predicate` (an assertion that must hold while waiting) ends the wait."""
+    An exception raised by `predicate` (an assertion that must hold while waiting) ends the wait,
+    except one of `ignoring`, which counts as not yet (a cluster that is moving its leaders)."""
     deadline = time.monotonic() + timeout
     while True:
-        value = predicate()
+        value: T | None = None
+        try:
+            value = predicate()
+        except ignoring:
+            pass
         if value:
             return value
         if time.monotonic() >= deadline:

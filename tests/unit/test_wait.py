@@ -40,3 +40,18 @@ def test_holds_checks_all_along_and_fails_at_the_first_break() -> None:
     started = time.monotonic()
     holds(lambda: True, seconds=0.2, describe="ready", interval=0.05)
     assert time.monotonic() - started >= 0.2
+
+
+def test_an_exception_it_is_told_to_ignore_counts_as_not_yet() -> None:
+    calls = itertools.count(1)
+
+    def predicate() -> int:
+        call = next(calls)
+        if call < 3:
+            raise ValueError("moving")
+        return call
+
+    assert wait_until(predicate, timeout=5, describe="a third try", interval=0.01, ignoring=(ValueError,)) == 3
+    with pytest.raises(KeyError):
+        wait_until(lambda: {"present": 1}["missing"], timeout=5, describe="never", interval=0.01,
+                   ignoring=(ValueError,))
