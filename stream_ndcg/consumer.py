@@ -77,8 +77,8 @@ class StreamProcessor:
        releases its partitions, whose records just polled are dropped with
        them; nothing of the next batch is loaded before the reply;
     7. only then commit the offsets to Kafka, for lag monitoring alone;
-    8. at the lag's pace, a quiet partition whose position moved past markers
-       or aborted records gets an offsets-only commit through the same fenced
+    8. a quiet partition whose position moved past transaction markers or
+       aborted records gets an offsets-only commit through the same fenced
        write, so that the stored offset reaches the last stable offset.
 
     Steps 2 to 5 are the `BatchPipeline`. The offsets in the store are the
@@ -223,10 +223,9 @@ class StreamProcessor:
             # Idle: nothing would notice a Redis outage, yet /readyz must tell it.
             self.store.check()
             self._last_contact = time.monotonic()
-        if self.lag.due():
-            self._advance_past_markers(polled.keys())
-            self.lag.report(self.ownership)
+        self._advance_past_markers(polled.keys())
         self._claim_pending()
+        self.lag.report(self.ownership)
 
     def _recover(self, exc: RecoverableError) -> None:
         level = logging.WARNING

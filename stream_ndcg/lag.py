@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 class LagReport:
     """Sets `stream_ndcg_consumer_lag` and `stream_ndcg_consumer_held_back_offsets` for the
-    partitions an instance owns; its caller reports when `due`, every `CHECK_S`."""
+    partitions an instance owns, asking the brokers at most every `CHECK_S`."""
 
     # The last stable offset takes a round trip to the partitions' leaders.
     CHECK_S = 2.0
@@ -32,15 +32,11 @@ class LagReport:
         self.exporter = exporter
         self._next_check = 0.0
 
-    def due(self) -> bool:
-        """Whether `CHECK_S` has passed since the last check; if so, the next one starts now."""
+    def report(self, ownership: Ownership) -> None:
         now = time.monotonic()
         if now < self._next_check:
-            return False
+            return
         self._next_check = now + self.CHECK_S
-        return True
-
-    def report(self, ownership: Ownership) -> None:
         owned = {partition: claim.offset for partition, claim in ownership.owned() if claim.offset is not None}
         try:
             stable_ends = self.source.stable_ends(list(owned))
