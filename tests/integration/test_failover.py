@@ -4,28 +4,31 @@ replay, with nothing lost or counted twice."""
 
 from __future__ import annotations
 
-import functools
-import gc
 import os
 import subprocess
 import sys
 import threading
 import time
 import uuid
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaProducer
 from kafka.admin import NewTopic
-from kafka.errors import KafkaError
 
 from stream_ndcg.devtools.servers import KafkaCluster
+from tests.support.failover import (
+    active_controller,
+    admin_of,
+    collect_refused_sockets,
+    eventually,
+    fully_replicated,
+    leader_of,
+)
 from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
 from tests.support.service import Service, progress, service_environment, wait_for_messages
-from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -41,55 +44,8 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
 
 @pytest.fixture(autouse=True)
 def refused_sockets_collected() -> Iterator[None]:
-    """kafka-python 3.0.12 leaves unclosed the socket of a connection that a stopped node refused
-    (its `sock_connect`): collect them where the test made them, their ResourceWarning ignored, so
-    that they are not reported against a later test or the session."""
     yield
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
-
-
-def admin_of(cluster: KafkaCluster) -> KafkaAdminClient:
-    """An admin client of the nodes running now (kafka-python gives up on a bootstrap that refuses)."""
-    live = [node.bootstrap for node in cluster.nodes if node.process is not None]
-    return KafkaAdminClient(bootstrap_servers=live, request_timeout_ms=10_000)
-
-
-# While the cluster moves its leaders a request may fail: that is "not yet".
-eventually = functools.partial(wait_until, ignoring=(KafkaError,))
-
-
-def fully_replicated(cluster: KafkaCluster, topics: list[str]) -> bool:
-    """Every partition of `topics` has a leader and all three replicas in sync."""
-    admin = admin_of(cluster)
-    try:
-        described = admin.describe_topics(topics)
-    finally:
-        admin.close()
-    return all(not topic["error_code"]
-               and all(p["leader_id"] >= 0 and len(p["isr_nodes"]) == 3 for p in topic["partitions"])
-               for topic in described)
-
-
-def leader_of(cluster: KafkaCluster, topic: str, partition: int) -> int:
-    admin = admin_of(cluster)
-    try:
-        [described] = admin.describe_topics([topic])
-    finally:
-        admin.close()
-    leader: int = next(p["leader_id"] for p in described["partitions"] if p["partition_index"] == partition)
-    return leader
-
-
-def active_controller(cluster: KafkaCluster) -> int:
-    admin = admin_of(cluster)
-    try:
-        quorum: dict[str, Any] = admin.describe_metadata_quorum()
-    finally:
-        admin.close()
-    leader: int = quorum["topics"][0]["partitions"][0]["leader_id"]
-    return leader
+    collect_refused_sockets()
 
 
 def send_idempotent(bootstrap: str, topic: str, messages: list[tuple[bytes, bytes]], rate: float,

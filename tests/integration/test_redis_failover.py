@@ -9,21 +9,17 @@ what a lost acknowledged write can still do to keys outside a partition's slot."
 
 from __future__ import annotations
 
-import functools
-import gc
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
-from stream_ndcg.devtools.redis_servers import RedisClusterNodes, RedisServer
+from stream_ndcg.devtools.redis_servers import RedisClusterNodes
 from stream_ndcg.devtools.servers import KafkaBroker
+from tests.support.failover import collect_refused_sockets, eventually, master_of
 from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
 from tests.support.service import Service, progress, service_environment, wait_for_messages
 from tests.support.topics import create_topic, send_paced
-from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 
@@ -33,20 +29,6 @@ def replicated_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Red
     cluster = RedisClusterNodes.start(tmp_path_factory.mktemp("redis-replicated"), masters=3, replicas=1)
     yield cluster
     cluster.stop()
-
-
-def master_of(cluster: RedisClusterNodes, key: str) -> RedisServer:
-    """The node that serves `key`'s slot now."""
-    client = redis.RedisCluster.from_url(next(n.url for n in cluster.nodes if n.process is not None))
-    try:
-        port = client.get_node_from_key(key).port  # type: ignore[no-untyped-call]
-    finally:
-        client.close()
-    return next(node for node in cluster.nodes if node.port == port)
-
-
-# While a replica takes over, a request may fail: that is "not yet".
-eventually = functools.partial(wait_until, ignoring=(redis.RedisError, OSError))
 
 
 def test_a_master_killed_mid_stream_and_its_replica_promoted_changes_no_number(
@@ -80,7 +62,4 @@ def test_a_master_killed_mid_stream_and_its_replica_promoted_changes_no_number(
     # refused commit that made it claim again: "not at the expected offset").
     assert "retrying in" in logs
     print("commits refused after the failover:", logs.count("not at the expected offset"))
-    with warnings.catch_warnings():
-        # redis-py's connections to the killed node, collected here rather than reported later.
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
+    collect_refused_sockets()

@@ -12,12 +12,12 @@ from stream_ndcg.devtools.producer import produce
 from tests.support.wait import wait_until
 
 
-def create_topic(bootstrap: str, partitions: int = 1) -> str:
+def create_topic(bootstrap: str, partitions: int = 1, replication: int = 1) -> str:
     """A new topic, returned once every partition has a leader (consumers then see all of them)."""
     name = f"events-{uuid.uuid4().hex[:10]}"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        admin.create_topics([NewTopic(name, partitions, 1)])
+        admin.create_topics([NewTopic(name, partitions, replication)])
 
         def led() -> bool:
             described = admin.describe_topics([name])
