@@ -108,8 +108,10 @@ def ubi_timestamp(value: Any) -> int:
 
 
 def _document(raw: bytes | str | None) -> dict[str, Any]:
+    if raw is None:
+        raise Skip("not_json")
     try:
-        obj = json.loads(raw) if raw is not None else None
+        obj = json.loads(raw)
     except (ValueError, RecursionError):
         raise Skip("not_json") from None
     if not isinstance(obj, dict):
@@ -269,6 +271,8 @@ class UbiJoin:
             self._shown.setdefault(ubi_query_id, {})[offset] = (rank, ts, doc_id)
             self._due(ts + self.options.click_wait_ms, _GIVE_UP_SHOWN, ubi_query_id)
             return
+        if offset in self._held:
+            return
         self._held[offset] = _Held(ubi_query_id, doc_id, ts, "ubi-" + _digest(obj))
         self._waiting.setdefault(ubi_query_id, []).append(offset)
         if search is not None and search.results is not None:
@@ -305,7 +309,7 @@ class UbiJoin:
         bound = search.ts + self.options.impression_wait_ms
         shown = self._shown.pop(ubi_query_id, {})
         kept = sorted(entry for entry in shown.values() if entry[1] <= bound)
-        self.counts.skipped["late_impression"] += len(shown) - len(kept)
+        self._skip("late_impression", len(shown) - len(kept))
         if not kept:
             self.counts.skipped["no_results"] += 1
             search.skip = "no_results"
@@ -334,7 +338,11 @@ class UbiJoin:
                 out.append(Click(ubi_query_id, search.query, held.doc_id, held.ts, held.event_id))
 
     def _drop_shown(self, ubi_query_id: str, reason: str) -> None:
-        self.counts.skipped[reason] += len(self._shown.pop(ubi_query_id, {}))
+        self._skip(reason, len(self._shown.pop(ubi_query_id, {})))
+
+    def _skip(self, reason: str, count: int) -> None:
+        if count:
+            self.counts.skipped[reason] += count
 
 
 def _results(hits: list[str], limits: Limits) -> tuple[str, ...]:
