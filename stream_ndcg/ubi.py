@@ -18,11 +18,11 @@ text, which our contract keys by. A `UbiJoin` takes the UBI documents of one par
   `search_ttl_ms` after its search is too late (the search is forgotten then);
 - everything else is counted by reason (`SKIP_REASONS`) and skipped.
 
-The clock is the newest UBI timestamp this join has seen, so the outcome depends on the
-documents, not on when they are read: within those bounds, the order in which a search and
-its events arrive changes nothing. Event ids are derived from the documents (the search's id;
-a digest of the click document), so a document read twice gives the same event twice, which
-the contract's consumers count once.
+The clock is the older of the newest UBI timestamps read of each topic, so the outcome depends on
+the documents, not on when they are read, nor on one topic being read ahead of the other: within
+those bounds, the order in which a search and its events arrive changes nothing. Event ids are
+derived from the documents (the search's id; a digest of the click document), so a document read
+twice gives the same event twice, which the contract's consumers count once.
 
     join = UbiJoin(UbiOptions())
     events = join.add_query(b'{"query_id": "q1", "user_query": "tv", ...}', offset=0)
@@ -168,7 +168,8 @@ class UbiJoin:
     def __init__(self, options: UbiOptions, counts: UbiCounts | None = None) -> None:
         self.options = options
         self.counts = counts if counts is not None else UbiCounts()
-        self.clock = -1
+        # The newest timestamp read of each topic; the join's clock is the older of the two.
+        self.query_clock = self.event_clock = -1
         # Each in arrival order, that is in offset order, so that its first entry holds its least offset.
         self._searches: dict[str, _Search] = {}
         self._held: dict[int, _Held] = {}
@@ -211,7 +212,7 @@ class UbiJoin:
         limits = self.options.limits
         ubi_query_id = _identifier(obj, "query_id", limits)
         ts = ubi_timestamp(obj.get("timestamp"))
-        self.clock = max(self.clock, ts)
+        self.query_clock = max(self.query_clock, ts)
         if ubi_query_id in self._searches:
             raise Skip("duplicate_search")
         excluded = self.options.excluded(obj.get("client_id"))
@@ -240,7 +241,7 @@ class UbiJoin:
 
     def _event(self, obj: dict[str, Any], offset: int, out: list[Impression | Click]) -> None:
         ts = ubi_timestamp(obj.get("timestamp"))
-        self.clock = max(self.clock, ts)
+        self.event_clock = max(self.event_clock, ts)
         action = obj.get("action_name")
         if action is None:
             raise Skip("missing_action_name")
@@ -280,6 +281,12 @@ class UbiJoin:
         else:
             self._due(ts + self.options.click_wait_ms, _GIVE_UP_CLICK, ubi_query_id, offset)
 
+    @property
+    def clock(self) -> int:
+        """The time both topics have reached: reading one ahead of the other (a backlog of one) gives up
+        on nothing early."""
+        return min(self.query_clock, self.event_clock)
+
     def _due(self, deadline: int, what: int, ubi_query_id: str, offset: int = -1) -> None:
         heapq.heappush(self._deadlines, (deadline, what, ubi_query_id, offset))
 
@@ -287,7 +294,8 @@ class UbiJoin:
         """What the clock completes or gives up: assembled impressions whose wait is over (with their
         clicks), clicks and impression events that waited long enough for their search, searches past
         their ttl. Each deadline is checked against what is still held when it comes."""
-        while self._deadlines and self._deadlines[0][0] < self.clock:
+        clock = self.clock
+        while self._deadlines and self._deadlines[0][0] < clock:
             _, what, ubi_query_id, offset = heapq.heappop(self._deadlines)
             search = self._searches.get(ubi_query_id)
             if what == _ASSEMBLE and search is not None and search.results is None and search.skip is None:
@@ -299,7 +307,7 @@ class UbiJoin:
                     del self._waiting[ubi_query_id]
                 self.counts.clicks["unjoined"] += 1
             elif what == _GIVE_UP_SHOWN and search is None and ubi_query_id in self._shown and all(
-                    self.clock > ts + self.options.click_wait_ms for _, ts, _ in self._shown[ubi_query_id].values()):
+                    clock > ts + self.options.click_wait_ms for _, ts, _ in self._shown[ubi_query_id].values()):
                 self._drop_shown(ubi_query_id, "no_search")
             elif what == _FORGET and search is not None:
                 del self._searches[ubi_query_id]

@@ -74,23 +74,24 @@ def test_the_fixtures_give_the_same_events_as_the_contract_file() -> None:
     join, out = fixture_run()
     expected = [parse_event(line) for line in lines("contract.jsonl")]
     assert without_click_ids(out) == without_click_ids(expected)  # type: ignore[arg-type]
-    assert join.counts.read == {"query": 7, "event": 15}
+    assert join.counts.read == {"query": 8, "event": 15}
     assert join.counts.clicks == {"joined": 5, "unjoined": 1}
-    assert join.counts.impressions == 5
+    assert join.counts.impressions == 6
     assert join.counts.skipped == {"missing_query_id": 2, "other_action": 3, "missing_object": 1,
                                    "excluded_client": 2}
 
 
 def test_every_order_of_the_fixtures_gives_the_same_events() -> None:
     _, first = fixture_run()
-    # The last event, half an hour on, moves the clock past every wait: it stays last, the rest is
-    # within the bounds.
-    queries, events = len(lines("queries.jsonl")), len(lines("events.jsonl")) - 1
+    # The last search and event, half an hour on, move the clock past every wait: they stay last, the
+    # rest is within the bounds.
+    queries, events = len(lines("queries.jsonl")) - 1, len(lines("events.jsonl")) - 1
     events_first = [("e", i) for i in range(events)] + [("q", i) for i in range(queries)]
     interleaved = [(topic, i) for i in range(max(queries, events)) for topic in ("e", "q")
                    if i < (queries if topic == "q" else events)]
     for order in (events_first, interleaved):
-        assert sorted(fixture_run([*order, ("e", events)])[1], key=repr) == sorted(first, key=repr)
+        ordered = fixture_run([*order, ("e", events), ("q", queries)])[1]
+        assert sorted(ordered, key=repr) == sorted(first, key=repr)
 
 
 def test_event_ids_are_derived_from_the_documents() -> None:
@@ -136,10 +137,13 @@ def test_a_click_waits_for_its_search_then_is_unjoined() -> None:
     assert join.add_event(event("s2", "2025-03-01T10:00:10Z", "a"), 1) == []
     assert join.low_water() == (0, 1)
     join.add_event(event("s3", "2025-03-01T10:01:11Z", "a"), 2)
+    # The queries topic read as far, too: given up.
+    assert join.counts.clicks == {"joined": 1}
+    join.add_query(query("s4", "2025-03-01T10:01:11Z", ["b"]), 1)
     assert join.counts.clicks == {"joined": 1, "unjoined": 1}
     assert join.low_water() == (0, 2)
     # Its search arriving after the wait gives the impression alone.
-    assert [type(e).__name__ for e in join.add_query(query("s2", "2025-03-01T10:00:09Z", ["a"]), 1)] == ["Impression"]
+    assert [type(e).__name__ for e in join.add_query(query("s2", "2025-03-01T10:00:09Z", ["a"]), 2)] == ["Impression"]
 
 
 def test_a_search_is_forgotten_after_its_ttl_and_later_clicks_are_too_late() -> None:
@@ -163,8 +167,9 @@ def test_an_impression_is_assembled_from_impression_events_within_its_wait() -> 
     assert join.add_query(query("s1", "2025-03-01T10:00:00Z"), 0) == []
     assert join.add_event(event("other", "2025-03-01T10:00:10Z", "x", "view"), 4) == []
     assert join.low_water() == (0, 0)
-    # Stamped past the wait: left out; and the clock past it completes the impression.
-    out = join.add_event(event("s1", "2025-03-01T10:00:12Z", "z", "impression", ordinal=2), 5)
+    # Stamped past the wait: left out; and both topics past it complete the impression.
+    assert join.add_event(event("s1", "2025-03-01T10:00:12Z", "z", "impression", ordinal=2), 5) == []
+    out = join.add_query(query("s2", "2025-03-01T10:00:12Z", ["q"]), 1)[1:]
     assert out == [Impression("s1", "tv", 1_740_823_200_000, ("7", "c", "b"), (), "ubi-s1"),
                    Click("s1", "tv", "c", 1_740_823_206_000, out[1].event_id)]
     assert join.counts.skipped == {"late_impression": 1, "other_action": 1}
@@ -179,6 +184,7 @@ def test_a_search_without_hits_or_impression_events_gives_nothing() -> None:
     join.add_query(query("s1", "2025-03-01T10:00:00Z"), 0)
     join.add_event(event("s1", "2025-03-01T10:00:01Z", "a"), 0)
     assert join.add_event(event("s1", "2025-03-01T10:00:02Z", "b", "purchase"), 1) == []
+    assert join.add_query(query("s2", "2025-03-01T10:00:02Z", ["b"]), 1) != []
     assert join.counts.skipped == {"no_results": 2, "other_action": 1}
 
 
@@ -235,8 +241,9 @@ def sessions(draw: st.DrawFn) -> tuple[list[str], list[str]]:
 
 
 def drain(join: UbiJoin, offset: int) -> list[Impression | Click]:
-    """What a join still holds within its bounds, released by a document far enough ahead."""
-    return join.add_event(event("end", "2025-03-01T10:05:00Z", "x", "view"), offset)
+    """What a join still holds within its bounds, released by documents of both topics far enough ahead."""
+    return [*join.add_event(event("end", "2025-03-01T10:05:00Z", "x", "view"), offset),
+            *join.add_query(query("end", "2025-03-01T10:05:00Z", []), offset)]
 
 
 @settings(max_examples=150, deadline=None)
