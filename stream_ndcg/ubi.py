@@ -265,7 +265,7 @@ class UbiJoin:
         if action == "impression":
             if search is not None and search.results is not None:
                 raise Skip("impression_with_hit_ids" if search.from_hits else "late_impression")
-            position = attributes.get("position")  # type: ignore[union-attr]
+            position = attributes.get("position") if isinstance(attributes, dict) else None
             ordinal = position.get("ordinal") if isinstance(position, dict) else None
             # Shown without an ordinal: after every ordinal, in time order.
             rank = ordinal if type(ordinal) is int else MAX_TS_MS
