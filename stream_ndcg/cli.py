@@ -1,4 +1,4 @@
-"""The `stream-ndcg` command: replay, run, check-config and dev."""
+"""The `stream-ndcg` command: replay, run, ubi-bridge, check-config and dev."""
 
 from __future__ import annotations
 
@@ -167,6 +167,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     return service.run(settings)
 
 
+def cmd_ubi_bridge(args: argparse.Namespace) -> int:
+    from stream_ndcg import ubi_bridge
+
+    settings = _settings(args)
+    _configure_logging(settings)
+    return ubi_bridge.run(settings)
+
+
 def cmd_check_config(args: argparse.Namespace) -> int:
     settings = _settings(args)
     json.dump(settings.masked(), sys.stdout, indent=2)
@@ -302,6 +310,12 @@ def build_parser() -> argparse.ArgumentParser:
                                  help="also read the metric configuration stored in Redis (redis_url, namespace) "
                                       "and say whether this configuration continues it, changes it in place or "
                                       "needs a rebuild (exit 2 if run would refuse it)")
+
+    bridge = sub.add_parser("ubi-bridge", help="join OpenSearch UBI queries and events (ubi_*_topic) into the "
+                                               "contract's impressions and clicks, keyed by the query text")
+    bridge.add_argument("--config", metavar="FILE.toml", help="TOML settings file; env STREAM_NDCG_CONFIG")
+    _add_setting_flags(bridge, Settings.names())
+    bridge.set_defaults(handler=cmd_ubi_bridge)
 
     queue = sub.add_parser("judging-queue", help="the unjudged (query, document) pairs of most top-k exposure, "
                                                  "read from Redis: what raters should judge first")

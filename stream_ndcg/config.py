@@ -219,6 +219,25 @@ class Settings:
     click_thresholds: tuple[float, ...] = setting(
         (), "three ascending scores, the least scores of grades 1, 2 and 3", values.thresholds, metavar="T1,T2,T3",
         shown_default="(coec 0.5,1,2; sdbn 0.1,0.3,0.6)")
+    ubi_queries_topic: str = setting("ubi_queries", "ubi-bridge: topic of the UBI queries (searches), keyed by UBI "
+                                     "query_id", values.topic, metavar="TOPIC")
+    ubi_events_topic: str = setting("ubi_events", "ubi-bridge: topic of the UBI events, keyed by UBI query_id, with "
+                                    "as many partitions as ubi_queries_topic", values.topic, metavar="TOPIC")
+    ubi_output_topic: str = setting("search-events", "ubi-bridge: where its impressions and clicks go, keyed by the "
+                                    "query text: a topic judge and run read", values.topic, metavar="TOPIC")
+    ubi_group_id: str = setting("stream-ndcg-ubi-bridge", "ubi-bridge: its Kafka consumer group", values.word,
+                                metavar="GROUP")
+    ubi_click_wait: int = setting(600_000, "ubi-bridge: how long (by UBI timestamps) a click waits for its search; "
+                                  "then it is unjoined and dropped", values.duration(0), metavar=DURATION)
+    ubi_search_ttl: int = setting(
+        1_800_000, "ubi-bridge: how long after a search its clicks are joined (later ones are too late); keep it "
+        "within run's dedup_horizon, which must cover the bridge's rereads", values.duration(1000), metavar=DURATION)
+    ubi_impression_wait: int = setting(
+        60_000, "ubi-bridge: for a search without query_response_hit_ids, how long after it its UBI impression "
+        "events make its results", values.duration(0), metavar=DURATION)
+    ubi_excluded_clients: tuple[str, ...] = setting(
+        (), "ubi-bridge: client_id glob patterns (* ? [seq], case-sensitive), comma-separated, whose searches "
+        "and events are skipped (bots)", values.csv, metavar="GLOB,...", shown_default="(none)")
     log_format: str = setting("text", "log lines as text or one JSON object each", values.choice("text", "json"),
                               metavar="FORMAT", choices=("text", "json"))
     log_level: str = setting("INFO", "lowest level logged (any case)", values.choice(*_LOG_LEVELS, fold=True),
@@ -256,6 +275,11 @@ class Settings:
             if not self.sasl_username or not self.sasl_password:
                 raise SettingError("sasl_password" if self.sasl_username else "sasl_username",
                                    f"{self.security_protocol} needs sasl_username and sasl_password")
+        if self.ubi_output_topic in (self.ubi_queries_topic, self.ubi_events_topic) \
+                or self.ubi_queries_topic == self.ubi_events_topic:
+            raise SettingError("ubi_output_topic", "the UBI queries, UBI events and output topics must be three")
+        if self.ubi_impression_wait >= self.ubi_search_ttl:
+            raise SettingError("ubi_search_ttl", "must be longer than ubi_impression_wait")
         if self.dead_letter_topic and self.dead_letter_topic in self.topics:
             raise SettingError("dead_letter_topic", f"{self.dead_letter_topic!r} is an input topic: "
                                "dead letters need a topic of their own")

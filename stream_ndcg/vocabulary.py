@@ -156,6 +156,11 @@ class MetricName:
     DEAD_LETTERS_DROPPED: Final = f"{PREFIX}_dead_letters_dropped"
     SCRAPE_ERRORS: Final = f"{PREFIX}_scrape_errors"
     READY: Final = f"{PREFIX}_ready"
+    # `stream-ndcg ubi-bridge`'s own.
+    UBI_DOCUMENTS: Final = f"{PREFIX}_ubi_documents"
+    UBI_SKIPPED: Final = f"{PREFIX}_ubi_skipped"
+    UBI_CLICKS: Final = f"{PREFIX}_ubi_clicks"
+    UBI_IMPRESSIONS: Final = f"{PREFIX}_ubi_impressions"
 
 
 def total(counter: str) -> str:

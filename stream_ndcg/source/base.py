@@ -84,6 +84,11 @@ class Source(Protocol):
         """Read `partition` from `offset`, or from its beginning or end when `offset` is None."""
         ...
 
+    def committed_offset(self, partition: Partition) -> int | None:
+        """The group's committed offset of `partition` in Kafka, None if it has none (the
+        ubi-bridge keeps its offsets there; `run` keeps its own in the store)."""
+        ...
+
     def commit(self, offsets: Mapping[Partition, int], *, asynchronous: bool = False) -> None:
         """Record the group's position (for lag dashboards only: the store's offsets are the truth)."""
         ...

@@ -167,6 +167,13 @@ class KafkaSource:
             self.consumer.seek_to_end(tp)
         self._last_records[partition] = time.monotonic()
 
+    def committed_offset(self, partition: Partition) -> int | None:
+        try:
+            offset: int | None = self.consumer.committed(TopicPartition(partition.topic, partition.partition))
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"Kafka committed offsets unavailable: {type(exc).__name__}: {exc}") from exc
+        return offset
+
     def commit(self, offsets: Mapping[Partition, int], *, asynchronous: bool = False) -> None:
         to_commit = {TopicPartition(p.topic, p.partition): OffsetAndMetadata(offset, "", -1)
                      for p, offset in offsets.items()}

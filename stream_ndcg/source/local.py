@@ -131,6 +131,9 @@ class LocalSource:
             offset = 0 if start_from == "earliest" else len(self.logs[partition])
         self.positions[partition] = offset
 
+    def committed_offset(self, partition: Partition) -> int | None:
+        return self.committed.get(partition)
+
     def commit(self, offsets: Mapping[Partition, int], *, asynchronous: bool = False) -> None:
         self.committed.update(offsets)
 

@@ -42,7 +42,8 @@ def test_exported_names_keep_their_spelling() -> None:
         "dcg_numerator", "judged_ratio", "judged_ratio_numerator", "impressions", "build", "batch_duration_seconds",
         "batch_events", "judgment_to_metric_seconds", "redis_round_trip_seconds", "consumer_lag",
         "consumer_held_back_offsets", "assigned_partitions", "backoffs", "offsets_skipped", "fenced_batches",
-        "dead_letters_dropped", "scrape_errors", "ready")}
+        "dead_letters_dropped", "scrape_errors", "ready", "ubi_documents", "ubi_skipped", "ubi_clicks",
+        "ubi_impressions")}
     assert total(MetricName.EVENTS) == "stream_ndcg_events_total"
 
 
