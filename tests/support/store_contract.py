@@ -26,7 +26,7 @@ from stream_ndcg.metric import Measure
 from stream_ndcg.pipeline import BatchPipeline
 from stream_ndcg.state.base import StateStore
 from stream_ndcg.state.memory import MemoryStore
-from stream_ndcg.vocabulary import JUDGMENT, TOO_OLD, AggregateKey, duplicate, rejected
+from stream_ndcg.vocabulary import DEFAULT_JUDGMENT_SOURCES, JUDGMENT, TOO_OLD, AggregateKey, duplicate, rejected
 from stream_ndcg.window_sums import AggregateRead
 from stream_ndcg.windows import window_means
 from tests.support.batches import apply_batch, parsed
@@ -244,7 +244,7 @@ class StoreContract:
         apply_batch(store, engine, "t:0", parsed([judged % (3, later, b"e3")]), epoch=epoch, next_offset=3)
         state = store.load("t:0", ["q"], {}).states["q"]
         assert [r[:2] for r in state.revisions["a"]] == [(later, "e3")]
-        assert state.grades() == {"a": 3}
+        assert state.grades(DEFAULT_JUDGMENT_SOURCES) == {"a": 3}
         # A forgotten event delivered again is too old, as it would have been remembered.
         apply_batch(store, engine, "t:0", parsed([judged % (1, T0, b"e1")]), epoch=epoch, next_offset=4)
         counts = store.counts()

@@ -220,7 +220,8 @@ def test_states_kept_from_batch_to_batch_write_the_rows_of_states_read_back(
         kept.update(outcome.touched)
         for (query_id, bucket, segment), row in outcome.rows.items():
             read_back = state_from_fields(state_fields(kept[query_id]))
-            assert row == group_row(read_back.groups[(bucket, segment)], read_back.grades(), measure.cutoffs)
+            assert row == group_row(read_back.groups[(bucket, segment)], read_back.grades(measure.sources),
+                                    measure.cutoffs)
 
 
 @st.composite
