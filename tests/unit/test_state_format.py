@@ -63,6 +63,38 @@ def test_a_state_round_trips_with_its_ranks_as_integers() -> None:
     assert again.grades(DEFAULT_JUDGMENT_SOURCES) == {"b": 2.0}
 
 
+def judgment(doc: str, grade: float | None, ts: int, source: str | None = None) -> bytes:
+    fields = {"type": "judgment", "query_id": "q", "doc_id": doc, "grade": grade, "ts": ts}
+    return orjson.dumps(fields | ({"source": source} if source else {}))
+
+
+def test_raters_events_are_stored_as_format_3_stored_them_and_others_with_their_source() -> None:
+    engine = Engine(Measure(cutoffs=(3,)))
+    outcome = engine.apply([parse_event(judgment("a", 2, T0)), parse_event(judgment("a", 1, T0, "coec"))], {}, {})
+    written, _, appended = state_format.changed_fields(outcome.touched["q"], outcome.changes["q"])
+    assert not written
+    assert appended == [["r|a", f'[{T0},null,2.0],[{T0},null,1.0,"coec"]']]
+    assert state_format.state_fields(outcome.touched["q"]) == {
+        b"r|a": f'[[{T0},null,2.0],[{T0},null,1.0,"coec"]]'.encode()}
+
+
+def test_a_state_of_format_3_reads_as_raters_grades_and_takes_other_sources_beside_them() -> None:
+    """Format 3 held every judgment as raters' (the service ignored a `source` field then): a
+    click model's grades fill in around them, and a retracted rater's grade gives way to one."""
+    stored = {b"r|a": f'[[{T0},"e1",1.0]]'.encode(), b"r|c": f'[[{T0},null,3.0]]'.encode()}
+    engine = Engine(Measure(cutoffs=(3,)))
+    events = [judgment("a", 3, T0 + 1, "coec"), judgment("b", 2, T0 + 1, "coec"), judgment("c", 0, T0 + 1, "sdbn")]
+    outcome = engine.apply([parse_event(m) for m in events], {"q": state_format.state_from_fields(stored)}, {})
+    apply_like_redis(stored, *state_format.changed_fields(outcome.touched["q"], outcome.changes["q"]))
+    state = state_format.state_from_fields(stored)
+    assert state.grades(DEFAULT_JUDGMENT_SOURCES) == {"a": 1.0, "b": 2.0, "c": 3.0}
+    assert state.grades(("coec", "raters")) == {"a": 3.0, "b": 2.0, "c": 3.0}
+    outcome = engine.apply([parse_event(judgment("a", None, T0 + 2)), parse_event(judgment("c", None, T0 + 2))],
+                           {"q": state}, {})
+    assert outcome.changes["q"].docs == {"a", "c"}
+    assert outcome.touched["q"].grades(DEFAULT_JUDGMENT_SOURCES) == {"a": 3.0, "b": 2.0, "c": 0.0}
+
+
 def test_a_group_is_stored_with_its_figures_by_position_and_read_back_equal() -> None:
     group = Group(impressions=3, credited={"impressions": 3.0, "dcg@3": 2.5, "judged@3": 1 / 3, "ndcg@3": 0.1 + 0.2,
                                            "scored@3": 2.0, "dcg@1": 1e300, "judged@1": -0.0, "ndcg@1": 0.0,
