@@ -122,7 +122,8 @@ class Replay:
         return None
 
     def _listed(self, event: Impression | Judgment) -> bool:
-        """Whether the event counts: any impression, a judgment of a source the measure lists."""
+        """Whether the event counts: any impression, a judgment of a source the measure lists (one of
+        another source is counted here as set aside)."""
         if isinstance(event, Judgment) and event.source not in self.measure.sources:
             self.unlisted += 1
             return False

@@ -4,11 +4,15 @@ counters and the drill-down's view of it."""
 
 from __future__ import annotations
 
+import json
+import math
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from stream_ndcg.cli import main
 from stream_ndcg.config import Settings
 from stream_ndcg.drilldown.explorer import Explorer, Question
 from stream_ndcg.engine import Engine
@@ -152,3 +156,16 @@ def test_the_drilldown_says_which_source_gave_each_grade() -> None:
         {"doc_id": "a", "grade": 1.0, "source": "raters", "source_grades": {"raters": 1.0, "coec": 3.0}}]
     assert {j["source"] for j in detail["judgments"]["a"]} == {"raters", "coec"}
     assert detail["judgments"]["c"] == [{"ts": T0, "event_id": None, "grade": None, "source": "coec"}]
+
+
+def test_replay_takes_the_sources_as_the_service_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    events = tmp_path / "events.jsonl"
+    events.write_bytes(b"\n".join([impression("i1", 0, ["a", "b"]), judgment("a", 1, 0), judgment("b", 3, 0, "coec"),
+                                   judgment("a", 3, 0, "sdbn")]) + b"\n")
+    # a by raters 1 and by SDBN 3, b by COEC 3; the list shows a, then b.
+    for sources, unlisted, judgments, ndcg in (("raters,coec", 1, 2, (1 + 7 / math.log2(3)) / (7 + 1 / math.log2(3))),
+                                               ("sdbn,coec", 1, 2, 1.0)):
+        assert main(["replay", str(events), "--k", "3", "--judgment-sources", sources]) == 0
+        summary = json.loads(capsys.readouterr().out)
+        assert (summary["events"][UNLISTED_SOURCE], summary["events"]["judgment"]) == (unlisted, judgments)
+        assert summary["k"]["3"]["ndcg_mean"] == pytest.approx(ndcg)
