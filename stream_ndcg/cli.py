@@ -40,7 +40,8 @@ def _replay(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     # The service's settings the replay reads: the metric, the longest list, its dedup horizon
     # counted in its buckets, and the windows of --per-query.
     settings = settings_of(k=args.k, gain=args.gain, ideal=args.ideal, max_results=args.max_results,
-                           bucket=args.bucket, windows=args.windows, dedup_horizon=args.dedup_horizon)
+                           bucket=args.bucket, windows=args.windows, dedup_horizon=args.dedup_horizon,
+                           judgment_sources=args.judgment_sources)
     writer = (JudgmentWriter(stack.enter_context(open(args.judgments_out, "w", encoding="utf-8")))
               if args.judgments_out else None)
     replay = Replay(settings.measure, Limits(max_results=settings.max_results), tap=history.add if history else None,
@@ -284,7 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("files", nargs="+", metavar="EVENTS.jsonl",
                         help="event files, one JSON object a line; - for stdin")
     # The service's settings of the same names: the replay computes what the service would.
-    add_setting_flags(replay, ("k", "gain", "ideal", "max_results", "dedup_horizon"), variables=False)
+    add_setting_flags(replay, ("k", "gain", "ideal", "judgment_sources", "max_results", "dedup_horizon"),
+                      variables=False)
     replay.add_argument("--per-impression", metavar="OUT.jsonl", help="write one line of scores per impression")
     replay.add_argument("--per-query", metavar="OUT.jsonl",
                         help="write the drill-down's figures per window (--windows, --bucket; ending at the newest "

@@ -76,11 +76,11 @@ class ClickJudgment(NamedTuple):
 
     def judgment(self) -> Judgment:
         """The contract's judgment, as `run` applies it."""
-        return Judgment(self.query_id, self.doc_id, self.grade, self.ts, self.event_id)
+        return Judgment(self.query_id, self.doc_id, self.grade, self.ts, self.event_id, self.source)
 
     def message(self) -> dict[str, Any]:
-        """The judgment event to publish, with its `source` and `evidence` (fields that `run`
-        ignores for now)."""
+        """The judgment event to publish, with its `source` (`run` keeps each source's grades
+        apart) and `evidence` (checked by `run`, and for people: no grade depends on it)."""
         return {"type": "judgment", "query_id": self.query_id, "doc_id": self.doc_id, "grade": self.grade,
                 "ts": self.ts, "event_id": self.event_id, "source": self.source, "evidence": dict(self.evidence)}
 

@@ -30,6 +30,7 @@ from stream_ndcg.click_models import MODELS
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.metric import DEFAULT_CUTOFFS, DEFAULT_GAIN, DEFAULT_IDEAL, GAINS, IDEALS, Measure
 from stream_ndcg.settings_file import read_toml, suggest
+from stream_ndcg.vocabulary import DEFAULT_JUDGMENT_SOURCES
 
 ENV_PREFIX = "STREAM_NDCG_"
 # Kafka's own rule for topic names.
@@ -152,6 +153,10 @@ class Settings:
                         values.choice(*GAINS), metavar="GAIN", choices=GAINS)
     ideal: str = setting(DEFAULT_IDEAL, "ideal ordering: pool (every judged document of the query) or list (the "
                          "impression's own results)", values.choice(*IDEALS), metavar="IDEAL", choices=IDEALS)
+    judgment_sources: tuple[str, ...] = setting(
+        DEFAULT_JUDGMENT_SOURCES, "judgment sources whose grades count, comma-separated, first first: a document's "
+        "grade is that of the first source that grades it; judgments of other sources are counted and ignored",
+        values.judgment_sources, metavar="SOURCE,...")
     windows: tuple[int, ...] = setting(
         (300_000, 3_600_000, 86_400_000), "rolling windows, comma-separated (whole numbers of buckets)",
         values.durations, metavar="DURATION,...")
@@ -286,7 +291,8 @@ class Settings:
 
     @property
     def measure(self) -> Measure:
-        return Measure(cutoffs=self.k, gain=self.gain, ideal=self.ideal)  # type: ignore[arg-type]
+        return Measure(cutoffs=self.k, gain=self.gain, ideal=self.ideal,  # type: ignore[arg-type]
+                       sources=self.judgment_sources)
 
     @property
     def key_namespace(self) -> str:
@@ -296,7 +302,8 @@ class Settings:
     def metric_config(self) -> dict[str, object]:
         """What the stored numbers mean: state built with other values cannot be continued."""
         return {"k": list(self.k), "gain": self.gain, "ideal": self.ideal, "bucket": self.bucket,
-                "windows": list(self.windows), "segment_labels": list(self.segment_labels)}
+                "windows": list(self.windows), "segment_labels": list(self.segment_labels),
+                "judgment_sources": list(self.judgment_sources)}
 
     @property
     def horizon(self) -> int:

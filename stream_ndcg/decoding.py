@@ -56,9 +56,9 @@ def plain_object(raw: bytes | str, colons: int) -> dict[str, Any] | None:
     when it must decide. The usual message takes half the time this way.
 
     Every colon outside a string ends a key, so a message with exactly as many `colons` as its
-    object and its segment have keys has no other objects, no colons within strings and no key
-    twice (a repeated key would leave fewer keys than colons). Its caller leaves deep arrays to
-    the strict decoder, whose recursion ends below orjson's depth limit. orjson itself refuses
+    object, its segment and its evidence have keys has no other objects, no colons within strings
+    and no key twice (a repeated key would leave fewer keys than colons). Its caller leaves deep
+    arrays to the strict decoder, whose recursion ends below orjson's depth limit. orjson itself refuses
     what else the strict decoder refuses: invalid UTF-8, NaN and Infinity, an unpaired surrogate
     escape (`test_events` holds the installed orjson to that)."""
     try:
@@ -67,8 +67,10 @@ def plain_object(raw: bytes | str, colons: int) -> dict[str, Any] | None:
         return None
     if type(obj) is not dict:
         return None
-    segment = obj.get("segment")
-    keys = len(obj) + len(segment) if type(segment) is dict else len(obj)
+    keys = len(obj)
+    for nested in (obj.get("segment"), obj.get("evidence")):
+        if type(nested) is dict:
+            keys += len(nested)
     return obj if colons == keys else None
 
 

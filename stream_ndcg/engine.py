@@ -30,10 +30,12 @@ from stream_ndcg.vocabulary import (
     IMPRESSIONS,
     JUDGMENT,
     TOO_OLD,
+    UNLISTED_SOURCE,
     AggregateKey,
     Segment,
     duplicate,
     full_segment_key,
+    judgment_from,
     rejected,
 )
 from stream_ndcg.windows import oldest_kept_bucket
@@ -93,9 +95,11 @@ class Engine:
         outcome = engine.apply(events, states, known_impressions={}, now_ms=...)
 
     Counts use the keys of `vocabulary`: accepted events by type, duplicates by type and
-    rejections by reason. A click is counted and nothing else: it neither touches a query's
-    state nor moves the event clock, so a topic carrying clicks gives the numbers of the same
-    topic without them (the click models read clicks: `click_models`).
+    rejections by reason, and judgments also by source. A click is counted and nothing else: it
+    neither touches a query's state nor moves the event clock, so a topic carrying clicks gives
+    the numbers of the same topic without them (the click models read clicks: `click_models`). So
+    is a judgment of a source the measure does not list (`Measure.sources`): another pipeline on
+    the same topic may take it.
     """
 
     def __init__(
@@ -150,6 +154,9 @@ class Engine:
             if isinstance(event, Click):
                 outcome.counts[CLICK] += 1
                 continue
+            if isinstance(event, Judgment) and event.source not in self.measure.sources:
+                outcome.counts[UNLISTED_SOURCE] += 1
+                continue
             if event_clock and (now_ms is None or event.ts > now_ms):
                 now_ms = outcome.clock_ms = event.ts
             state = outcome.touched.get(event.query_id)
@@ -169,7 +176,7 @@ class Engine:
             state = outcome.touched[query_id]
             self._recredit(state, change, outcome.aggregates)
             if change.dirty and self.drilldown:
-                grades = state.grades()
+                grades = state.grades(self.measure.sources)
                 for bucket, segment in change.dirty & state.groups.keys():
                     outcome.rows[(query_id, bucket, segment)] = group_row(
                         state.groups[(bucket, segment)], grades, self.measure.cutoffs)
@@ -231,11 +238,12 @@ class Engine:
             outcome.counts[rejected(TOO_OLD)] += 1
             return
         revision = revision_of(event)
-        moved = state.add_revision(event.doc_id, revision)
+        moved = state.add_revision(event.doc_id, revision, self.measure.sources)
         if moved is None:
             outcome.counts[duplicate(JUDGMENT)] += 1
             return
         outcome.counts[JUDGMENT] += 1
+        outcome.counts[judgment_from(event.source)] += 1
         todo.revised.setdefault(event.doc_id, []).append(revision)
         if moved[0] != moved[1]:
             todo.docs.add(event.doc_id)
@@ -258,7 +266,7 @@ class Engine:
         """Re-credit the groups that new impressions or grade changes can move."""
         if not todo.groups and not todo.docs:
             return
-        grades = state.grades()
+        grades = state.grades(self.measure.sources)
         pool = self.measure.ideal == "pool"
         # The pool ideal's gains, once per query rather than once per group recomputed.
         gains = {doc: self.measure.gain_of(grade) for doc, grade in grades.items()} if pool else {}

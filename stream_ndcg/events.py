@@ -7,11 +7,14 @@ object of one of three types::
      "ts": 1763683200000, "results": ["d17", "d4"], "segment": {"variant": "B"},
      "event_id": "e-1"}
     {"type": "judgment", "query_id": "cheap flights", "doc_id": "d4", "grade": 2,
-     "ts": 1763683260000, "event_id": "e-2"}
+     "ts": 1763683260000, "event_id": "e-2", "source": "raters"}
     {"type": "click", "impression_id": "imp-81", "query_id": "cheap flights",
      "doc_id": "d4", "ts": 1763683205000, "event_id": "c-1"}
 
-A click is checked here as strictly as the other types, field by field; whether
+A judgment's optional `source` says who graded it (`vocabulary.RATERS` when absent or null;
+a name is `vocabulary.SOURCE_RULE`), and its optional `evidence` (an object of at most
+`max_segment_keys` numbers, as the click judge writes) is checked and then dropped: no grade
+depends on it. A click is checked here as strictly as the other types, field by field; whether
 its impression exists and showed the document is the click models' question
 (`click_sessions`), not the parser's, and `run` counts clicks without applying them.
 
@@ -33,6 +36,7 @@ from typing import Any, NamedTuple
 
 from stream_ndcg.decoding import PLAIN_BRACKETS, Invalid, plain_object, strict_object
 from stream_ndcg.metric import MAX_ABS_GRADE, MIN_ABS_GRADE
+from stream_ndcg.vocabulary import RATERS, SOURCE_NAME, SOURCE_RULE
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
@@ -65,13 +69,14 @@ class Impression(NamedTuple):
 
 
 class Judgment(NamedTuple):
-    """A grade for a (query, document) pair; grade None retracts the judgment."""
+    """A grade for a (query, document) pair from one source; grade None retracts that source's."""
 
     query_id: str
     doc_id: str
     grade: float | None
     ts: int
     event_id: str | None = None
+    source: str = RATERS
 
     @property
     def precedence(self) -> tuple[int, bool, str, bool, float]:
@@ -285,14 +290,18 @@ def _judgment(obj: dict[str, Any], limits: Limits) -> Judgment:
     event_id = obj.get("event_id")
     ts = obj.get("ts")
     grade = obj.get("grade")
+    source = obj.get("source")
+    evidence = obj.get("evidence")
     longest = limits.max_id_length
     if (type(query_id) is str and 0 < len(query_id) <= longest
             and type(doc_id) is str and 0 < len(doc_id) <= longest
             and (event_id is None or type(event_id) is str and 0 < len(event_id) <= longest)
             and type(ts) is int and 0 <= ts <= MAX_TS_MS
             and (type(grade) is float or type(grade) is int)
-            and (grade == 0 or MIN_ABS_GRADE <= abs(grade) <= MAX_ABS_GRADE)):
-        return Judgment(query_id, doc_id, float(grade), ts, event_id)
+            and (grade == 0 or MIN_ABS_GRADE <= abs(grade) <= MAX_ABS_GRADE)
+            and (source is None or type(source) is str and SOURCE_NAME.fullmatch(source) is not None)
+            and evidence is None):
+        return Judgment(query_id, doc_id, float(grade), ts, event_id, source or RATERS)
     return _checked_judgment(obj, limits)
 
 
@@ -312,7 +321,34 @@ def _checked_judgment(obj: dict[str, Any], limits: Limits) -> Judgment:
             raise Invalid("grade_out_of_range", f"|grade| must be at most {MAX_ABS_GRADE:g}")
         if 0.0 < abs(grade) < MIN_ABS_GRADE:
             raise Invalid("grade_out_of_range", f"|grade| must be 0 or at least {MIN_ABS_GRADE:g}")
-    return Judgment(query_id=query_id, doc_id=doc_id, grade=grade, ts=ts, event_id=event_id)
+    source = _source(obj.get("source"))
+    _check_evidence(obj.get("evidence"), limits)
+    return Judgment(query_id=query_id, doc_id=doc_id, grade=grade, ts=ts, event_id=event_id, source=source)
+
+
+def _source(value: Any) -> str:
+    if value is None:
+        return RATERS
+    if not isinstance(value, str):
+        raise Invalid("invalid_source", f"'source' must be a string, got {type(value).__name__}")
+    if SOURCE_NAME.fullmatch(value) is None:
+        raise Invalid("invalid_source", f"source {value[:64]!r} is not {SOURCE_RULE}")
+    return value
+
+
+def _check_evidence(value: Any, limits: Limits) -> None:
+    """Evidence is for people to check a grade by: an object of numbers, bounded like a segment."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise Invalid("invalid_evidence", f"'evidence' must be an object, got {type(value).__name__}")
+    if len(value) > limits.max_segment_keys:
+        raise Invalid("invalid_evidence", f"{len(value)} evidence keys > {limits.max_segment_keys}")
+    for key, item in value.items():
+        if not key or len(key) > limits.max_id_length:
+            raise Invalid("invalid_evidence", "evidence keys must be non-empty and short")
+        if isinstance(item, bool) or not isinstance(item, (int, float)):
+            raise Invalid("invalid_evidence", f"evidence value of {key[:64]!r} must be a number")
 
 
 def _click(obj: dict[str, Any], limits: Limits) -> Click:

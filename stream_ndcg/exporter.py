@@ -40,7 +40,15 @@ from stream_ndcg.errors import StoreUnavailable
 from stream_ndcg.listener import Listener, respond
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.state.base import StateStore
-from stream_ndcg.vocabulary import DEDUPLICATED_TYPES, EVENT_TYPES, MetricName, duplicate, rejection_reason
+from stream_ndcg.vocabulary import (
+    DEDUPLICATED_TYPES,
+    EVENT_TYPES,
+    UNLISTED_SOURCE,
+    MetricName,
+    duplicate,
+    judgment_source,
+    rejection_reason,
+)
 from stream_ndcg.window_sums import WindowSums
 from stream_ndcg.windows import means, window_buckets
 
@@ -158,11 +166,20 @@ class _StoreCollector(Collector):
             events.add_metric([*pipeline, kind], counts.get(kind, 0))
         for kind in DEDUPLICATED_TYPES:
             duplicates.add_metric([*pipeline, kind], counts.get(duplicate(kind), 0))
+        judgments = CounterMetricFamily(MetricName.JUDGMENTS, "Judgment events applied, by source (judgment_sources).",
+                                        labels=["pipeline", "source"])
+        unlisted = CounterMetricFamily(MetricName.JUDGMENTS_UNLISTED,
+                                       "Judgment events of a source judgment_sources does not list: counted, "
+                                       "never applied.", labels=["pipeline"])
+        unlisted.add_metric(pipeline, counts.get(UNLISTED_SOURCE, 0))
         for name, n in sorted(counts.items()):
             reason = rejection_reason(name)
             if reason is not None:
                 rejected.add_metric([*pipeline, reason], n)
-        yield from (events, rejected, duplicates)
+            source = judgment_source(name)
+            if source is not None:
+                judgments.add_metric([*pipeline, source], n)
+        yield from (events, rejected, duplicates, judgments, unlisted)
 
         now = view.now_ms(self.store, self.clock)
         labels = ["pipeline", "k", "window", *seg]

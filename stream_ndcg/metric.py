@@ -39,7 +39,15 @@ from dataclasses import dataclass
 from itertools import compress, repeat
 from typing import Literal, NamedTuple
 
-from stream_ndcg.vocabulary import dcg_at, judged_at, ndcg_at, scored_at
+from stream_ndcg.vocabulary import (
+    DEFAULT_JUDGMENT_SOURCES,
+    SOURCE_NAME,
+    SOURCE_RULE,
+    dcg_at,
+    judged_at,
+    ndcg_at,
+    scored_at,
+)
 
 Gain = Literal["exponential", "linear"]
 Ideal = Literal["pool", "list"]
@@ -58,11 +66,14 @@ MIN_ABS_GRADE = 1e-100
 
 @dataclass(frozen=True)
 class Measure:
-    """nDCG@k declared once: the cut-offs, the gain formula and the ideal ordering."""
+    """nDCG@k declared once: the cut-offs, the gain formula, the ideal ordering, and the judgment
+    sources whose grades count, first first: a document's grade is that of the first source in
+    `sources` that grades it (`query_state.effective_grade`)."""
 
     cutoffs: tuple[int, ...] = DEFAULT_CUTOFFS
     gain: Gain = DEFAULT_GAIN
     ideal: Ideal = DEFAULT_IDEAL
+    sources: tuple[str, ...] = DEFAULT_JUDGMENT_SOURCES
 
     def __post_init__(self) -> None:
         if not self.cutoffs:
@@ -75,6 +86,10 @@ class Measure:
             raise ValueError(f"gain must be one of {GAINS}, got {self.gain!r}")
         if self.ideal not in IDEALS:
             raise ValueError(f"ideal must be one of {IDEALS}, got {self.ideal!r}")
+        if not self.sources or len(set(self.sources)) != len(self.sources):
+            raise ValueError(f"judgment sources must be at least one, each once, got {self.sources!r}")
+        if not all(isinstance(s, str) and SOURCE_NAME.fullmatch(s) for s in self.sources):
+            raise ValueError(f"a judgment source is {SOURCE_RULE}, got {self.sources!r}")
 
     @property
     def depth(self) -> int:

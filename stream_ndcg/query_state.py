@@ -1,32 +1,43 @@
 """The state the engine keeps per query: judgment revisions per document and impression groups.
 
 Pure, standard library only. A `QueryState` holds every distinct judgment event of each of
-its documents (the greatest by `precedence` is the grade) and its impressions as `Group`s:
-one per time bucket and segment, each distinct ranked list once, with a count, and an index
-of where each document stands. The engine (`engine`) changes them; the state store
-(`state.format`) writes and reads them.
+its documents, of every judgment source (the greatest by `precedence` of each source is that
+source's grade, and the first source of the measure's `sources` with a grade gives the
+document's: `effective_grade`), and its impressions as `Group`s: one per time bucket and
+segment, each distinct ranked list once, with a count, and an index of where each document
+stands. The engine (`engine`) changes them; the state store (`state.format`) writes and reads them.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stream_ndcg.events import Judgment, revision_precedence
 from stream_ndcg.metric import discount, first_occurrences
 
-# (ts, event_id, grade): one judgment event of a (query, document) pair.
-Revision = tuple[int, str | None, float | None]
+# (ts, event_id, grade, source): one judgment event of a (query, document) pair.
+Revision = tuple[int, str | None, float | None, str]
 
 
 def precedence(revision: Revision) -> tuple[int, bool, str, bool, float]:
-    """`revision_precedence` of a stored revision."""
-    return revision_precedence(*revision)
+    """`revision_precedence` of a stored revision (within its source)."""
+    return revision_precedence(revision[0], revision[1], revision[2])
 
 
 def revision_of(judgment: Judgment) -> Revision:
-    return (judgment.ts, judgment.event_id, judgment.grade)
+    return (judgment.ts, judgment.event_id, judgment.grade, judgment.source)
+
+
+def effective_grade(winners: Mapping[str, Revision], sources: Sequence[str]) -> tuple[float, str] | None:
+    """The grade of the first of `sources` whose greatest revision grades the document, with that
+    source; None when none does (a retraction leaves its source without a grade, so the next fills in)."""
+    for source in sources:
+        winner = winners.get(source)
+        if winner is not None and winner[2] is not None:
+            return winner[2], source
+    return None
 
 
 @dataclass
@@ -92,50 +103,69 @@ class Group:
 class QueryState:
     """Everything the engine knows about one query."""
 
-    # Every distinct judgment event seen per document (so that one seen again is known as a
-    # duplicate), less those forgotten (FORGET_AFTER_MAX_AGES); the greatest by `precedence` is
-    # the document's grade.
+    # Every distinct judgment event seen per document, of every source (so that one seen again is
+    # known as a duplicate), less those forgotten (FORGET_AFTER_MAX_AGES); the greatest of each
+    # source by `precedence` is that source's grade.
     revisions: dict[str, list[Revision]] = field(default_factory=dict)
     groups: dict[tuple[int, str], Group] = field(default_factory=dict)
-    # The greatest revision per document, found once and then kept up to date: a head query
-    # collects thousands of judgment events, and each new one is compared with the winner only.
-    _winners: dict[str, Revision] = field(default_factory=dict, repr=False, compare=False)
+    # The greatest revision per document and source, found once and then kept up to date: a head
+    # query collects thousands of judgment events, and each new one is compared with its source's
+    # winner only.
+    _winners: dict[str, dict[str, Revision]] = field(default_factory=dict, repr=False, compare=False)
+    # The current grades, and the order of sources they were found with.
     _grades: dict[str, float] | None = field(default=None, repr=False, compare=False)
+    _grades_sources: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
-    def _winner(self, doc: str) -> Revision:
-        winner = self._winners.get(doc)
-        if winner is None:
-            winner = self._winners[doc] = max(self.revisions[doc], key=precedence)
-        return winner
+    def winners(self, doc: str) -> dict[str, Revision]:
+        """The document's greatest revision of each source that judged it (shared: do not change it)."""
+        winners = self._winners.get(doc)
+        if winners is None:
+            winners = {}
+            for revision in self.revisions[doc]:
+                held = winners.get(revision[3])
+                if held is None or precedence(revision) > precedence(held):
+                    winners[revision[3]] = revision
+            self._winners[doc] = winners
+        return winners
 
-    def grades(self) -> dict[str, float]:
-        """The current grade of each judged document (retracted ones left out)."""
-        if self._grades is None:
+    def grades(self, sources: tuple[str, ...]) -> dict[str, float]:
+        """The current grade of each graded document, by the first of `sources` that grades it."""
+        if self._grades is None or self._grades_sources != sources:
             current: dict[str, float] = {}
             for doc in self.revisions:
-                grade = self._winner(doc)[2]
-                if grade is not None:
-                    current[doc] = grade
-            self._grades = current
+                found = effective_grade(self.winners(doc), sources)
+                if found is not None:
+                    current[doc] = found[0]
+            self._grades, self._grades_sources = current, sources
         return self._grades
 
-    def add_revision(self, doc: str, revision: Revision) -> tuple[float | None, float | None] | None:
-        """Record a judgment event; None if it was seen before, else the document's grade before and after."""
+    def add_revision(self, doc: str, revision: Revision,
+                     sources: tuple[str, ...]) -> tuple[float | None, float | None] | None:
+        """Record a judgment event; None if it was seen before, else the document's grade (by
+        `sources`) before and after."""
         seen = self.revisions.get(doc)
+        source = revision[3]
         if seen is None:
             self.revisions[doc] = [revision]
-            before, winner = None, revision
+            winners = self._winners[doc] = {source: revision}
+            before = None
         else:
-            previous = self._winner(doc)
-            newer = precedence(revision) > precedence(previous)
-            # Every event seen ranks at most the winner: only an older one needs the search.
+            winners = self.winners(doc)
+            held = winners.get(source)
+            newer = held is None or precedence(revision) > precedence(held)
+            # Every event of a source seen ranks at most its winner: only an older one needs the search.
             if not newer and revision in seen:
                 return None
             seen.append(revision)
-            before, winner = previous[2], revision if newer else previous
-        self._winners[doc] = winner
-        after = winner[2]
-        if self._grades is not None and after != before:
+            found = effective_grade(winners, sources)
+            before = None if found is None else found[0]
+            if newer:
+                winners[source] = revision
+        found = effective_grade(winners, sources)
+        after = None if found is None else found[0]
+        if self._grades is not None and self._grades_sources != sources:
+            self._grades = None
+        elif self._grades is not None and after != before:
             if after is None:
                 del self._grades[doc]
             else:
@@ -143,14 +173,14 @@ class QueryState:
         return before, after
 
     def forget_revisions(self, doc: str, before_ts: int) -> bool:
-        """Drop the document's events older than `before_ts`, except its winner; whether any went.
-        Only the two seen first are looked at before the whole list is walked: events arrive
-        roughly in time order, so an old one is near the front."""
+        """Drop the document's events older than `before_ts`, except each source's winner; whether
+        any went. Only the two seen first are looked at before the whole list is walked: events
+        arrive roughly in time order, so an old one is near the front."""
         seen = self.revisions[doc]
         if all(revision[0] >= before_ts for revision in seen[:2]):
             return False
-        winner = self._winner(doc)
-        kept = [revision for revision in seen if revision[0] >= before_ts or revision == winner]
+        winners = self.winners(doc).values()
+        kept = [revision for revision in seen if revision[0] >= before_ts or revision in winners]
         if len(kept) == len(seen):
             return False
         self.revisions[doc] = kept

@@ -1,7 +1,7 @@
 """Changing the metric configuration: which changes the stored state can serve, exactly, and which need a rebuild.
 
 The state records the metric configuration it was built with (`configured`:
-cut-offs, gain, ideal, bucket, windows, segment labels, and the history it
+cut-offs, gain, ideal, judgment sources, bucket, windows, segment labels, and the history it
 keeps). `classify` compares the recorded one with the configured one by
 meaning, not spelling, and sorts the differences:
 
@@ -14,7 +14,9 @@ meaning, not spelling, and sorts the differences:
   one deeper than the stored ranks is not even recomputable), a change of the
   deepest cut-off with the list ideal (it decides which documents form every
   list's ideal), a new gain, ideal or bucket, a new segment label, a window
-  longer than the history held.
+  longer than the history held; any change of the judgment sources or their order (it
+  changes which grade counts for documents judged by several, and sums already credited with
+  the old ones; a source added was not kept before).
 
 Standard library only, besides the package's settings and duration format.
 
@@ -36,6 +38,7 @@ from typing import Any, Literal
 from stream_ndcg.config import Settings
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.setting_values import format_duration
+from stream_ndcg.vocabulary import DEFAULT_JUDGMENT_SOURCES
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +48,7 @@ Kind = Literal["none", "same", "compatible", "rebuild"]
 # history the state is known to hold (less than the horizon after the horizon grew in place).
 HORIZON = "horizon"
 HISTORY = "history"
+JUDGMENT_SOURCES = "judgment_sources"
 
 
 def configured(settings: Settings) -> dict[str, object]:
@@ -74,6 +78,12 @@ def _ints(value: Any) -> set[int]:
     return {int(v) for v in value or ()}
 
 
+def _sources(config: Mapping[str, Any]) -> list[str]:
+    """The judgment sources of a recorded configuration: state recorded before they were is read as
+    the default's (its grades are all raters')."""
+    return list(config.get(JUDGMENT_SOURCES, DEFAULT_JUDGMENT_SOURCES))
+
+
 def _durations(values: set[int]) -> str:
     return ",".join(format_duration(v) for v in sorted(values))
 
@@ -87,6 +97,11 @@ def classify(stored: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> Rec
     for name in ("gain", "ideal"):
         if stored.get(name) != wanted.get(name):
             reasons.append(f"{name}: state built with {stored.get(name)!r}, configured {wanted.get(name)!r}")
+    held_sources, wanted_sources = _sources(stored), _sources(wanted)
+    if held_sources != wanted_sources:
+        reasons.append(f"judgment_sources: state built with {','.join(held_sources)}, configured "
+                       f"{','.join(wanted_sources)}: the grade of a document judged by several sources, and the "
+                       "sums credited with it, may change, and judgments of a source not listed were not kept")
     if stored.get("bucket") != wanted.get("bucket"):
         reasons.append(f"bucket: state built with {format_duration(int(stored['bucket']))} buckets, configured "
                        f"{format_duration(int(wanted['bucket']))}: its sums cannot be split or joined into those")
@@ -184,6 +199,7 @@ def describe(config: Mapping[str, Any]) -> str:
         parts.append(f"bucket={format_duration(int(config['bucket']))}")
     parts.append(f"windows={_durations(_ints(config.get('windows')))}")
     parts.append(f"segment_labels={','.join(sorted(config.get('segment_labels') or ())) or '(none)'}")
+    parts.append(f"judgment_sources={','.join(_sources(config))}")
     if HISTORY in config:
         parts.append(f"history={format_duration(int(config[HISTORY]))}")
     return " ".join(parts)

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.metric import Measure
+from stream_ndcg.vocabulary import SOURCE_NAME, SOURCE_RULE
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -229,6 +230,19 @@ def labels(value: Any) -> tuple[str, ...]:
     if len(set(labels)) != len(labels):
         raise Bad(f"{value!r} names a label twice")
     return labels
+
+
+def judgment_sources(value: Any) -> tuple[str, ...]:
+    """Judgment sources, first first: 'raters,coec' or ["raters", "coec"]."""
+    sources = csv(value)
+    if not sources:
+        raise Bad("at least one judgment source is needed")
+    for source in sources:
+        if not SOURCE_NAME.fullmatch(source):
+            raise Bad(f"{source!r} is not a judgment source name ({SOURCE_RULE})")
+    if len(set(sources)) != len(sources):
+        raise Bad(f"{value!r} names a source twice")
+    return sources
 
 
 def namespace(value: Any) -> str:

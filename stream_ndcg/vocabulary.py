@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from typing import Final
 
 # (time bucket, segment key, aggregate field) -> sum.
@@ -82,6 +83,19 @@ QUERY_MISMATCH: Final = "query_mismatch"
 AFTER_SESSION: Final = "after_session"
 _DUPLICATE = "duplicate:"
 _REJECTED = "rejected:"
+_JUDGMENT_SOURCE = "judgment_source:"
+# Judgment events of a source that `judgment_sources` does not list: counted, never applied (a
+# pipeline on the same topic may use them), without their source as a label so that no producer
+# can make the series unbounded.
+UNLISTED_SOURCE: Final = "judgment_unlisted_source"
+
+# Who graded a judgment event (its `source` field): people unless it says otherwise, and the
+# click models by their names (`click_models`). A name is a Prometheus label value and a stored
+# word: 1 to 32 characters, lowercase ASCII letters, digits, '_' and '-', a letter first.
+RATERS: Final = "raters"
+DEFAULT_JUDGMENT_SOURCES: Final = (RATERS, "coec", "sdbn")
+SOURCE_NAME: Final = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+SOURCE_RULE: Final = "1 to 32 characters of lowercase ASCII letters, digits, '_' and '-', a letter first"
 
 
 def duplicate(event_type: str) -> str:
@@ -97,6 +111,16 @@ def rejected(reason: str) -> str:
 def rejection_reason(count_key: str) -> str | None:
     """The reason of a `rejected` count key; None for any other key."""
     return count_key.removeprefix(_REJECTED) if count_key.startswith(_REJECTED) else None
+
+
+def judgment_from(source: str) -> str:
+    """The count of judgment events of `source` applied (besides their count as a `JUDGMENT`)."""
+    return _JUDGMENT_SOURCE + source
+
+
+def judgment_source(count_key: str) -> str | None:
+    """The source of a `judgment_from` count key; None for any other key."""
+    return count_key.removeprefix(_JUDGMENT_SOURCE) if count_key.startswith(_JUDGMENT_SOURCE) else None
 
 
 # Segment values that no impression can claim: a label the impression lacks,
@@ -133,6 +157,8 @@ class MetricName:
     EVENTS: Final = f"{PREFIX}_events"
     EVENTS_REJECTED: Final = f"{PREFIX}_events_rejected"
     EVENTS_DUPLICATE: Final = f"{PREFIX}_events_duplicate"
+    JUDGMENTS: Final = f"{PREFIX}_judgments"
+    JUDGMENTS_UNLISTED: Final = f"{PREFIX}_judgments_unlisted_source"
     NDCG: Final = f"{PREFIX}_ndcg"
     NDCG_NUMERATOR: Final = f"{PREFIX}_ndcg_numerator"
     SCORED_IMPRESSIONS: Final = f"{PREFIX}_scored_impressions"

@@ -25,6 +25,7 @@ from stream_ndcg.drilldown import index, queue
 from stream_ndcg.errors import BadParameter, NotFound
 from stream_ndcg.exporter import WindowTotals, WindowView
 from stream_ndcg.metric import Measure, ideal_dcg
+from stream_ndcg.query_state import effective_grade
 from stream_ndcg.setting_values import Bad, duration, format_duration
 from stream_ndcg.state.base import StateStore
 from stream_ndcg.windows import means, oldest_kept_bucket
@@ -200,7 +201,7 @@ class Explorer:
             wanted = [query_id for query_id, homes in stale.items() if partition in homes]
             for query_id, state in self.store.load(partition, wanted, {}).states.items():
                 merged = found[query_id]
-                for key, docs in queue.unjudged_exposures(state, k).items():
+                for key, docs in queue.unjudged_exposures(state, k, self.measure.sources).items():
                     into = merged.setdefault(key, {})
                     for doc, (exposure, rank) in docs.items():
                         had = into.get(doc)
@@ -279,22 +280,30 @@ class Explorer:
         if not partitions:
             raise NotFound("query_id", "no impression of this query is held (unknown, or behind the horizon)")
         grades: dict[str, float] = {}
+        # doc -> (the source its grade is from, each judging source's grade).
+        sources: dict[str, tuple[str, dict[str, float | None]]] = {}
         judgments: dict[str, list[dict[str, Any]]] = {}
         lists: list[tuple[tuple[str, ...], str, int]] = []
+        order = self.measure.sources
         for partition in partitions:
             state = self.store.load(partition, [query_id], {}).states.get(query_id)
             if state is not None:
-                grades.update(state.grades())
                 for doc, revisions in state.revisions.items():
+                    winners = state.winners(doc)
+                    found = effective_grade(winners, order)
+                    if found is not None:
+                        grades[doc] = found[0]
+                        sources[doc] = (found[1], {s: winners[s][2] for s in order if s in winners})
                     judgments.setdefault(doc, []).extend(
-                        {"ts": ts, "event_id": event_id, "grade": grade} for ts, event_id, grade in revisions)
+                        {"ts": ts, "event_id": event_id, "grade": grade, "source": source}
+                        for ts, event_id, grade, source in revisions)
             lists += [(ranked, segment, count)
                       for (bucket, segment, ranked), count in self.store.ranked_lists(partition, query_id).items()
                       if first <= bucket <= last and index.matches(segment, question.segment)]
         for history in judgments.values():
             history.sort(key=lambda j: (j["ts"], j["event_id"] or ""))
         ideal = sorted(grades.items(), key=lambda item: (-item[1], item[0]))
-        details = index.list_details(lists, grades, self.measure)
+        details = index.list_details(lists, grades, self.measure, {doc: held[0] for doc, held in sources.items()})
         gains = [self.measure.gain_of(g) for g in grades.values()]
         return {
             "query_id": query_id, "window": format_duration(question.window_ms), "now_ms": now,
@@ -305,7 +314,8 @@ class Explorer:
                         "k": {str(k): index.figures(row, i) if row else None
                               for i, k in enumerate(self.measure.cutoffs)}},
             "lists": details[:question.limit], "lists_total": len(details),
-            "ideal_ordering": [{"doc_id": doc, "grade": grade} for doc, grade in ideal],
+            "ideal_ordering": [{"doc_id": doc, "grade": grade, "source": sources[doc][0],
+                                "source_grades": sources[doc][1]} for doc, grade in ideal],
             "ideal_dcg": {str(k): ideal_dcg(gains, k) for k in self.measure.cutoffs},
             "judgments": dict(sorted(judgments.items())),
         }

@@ -260,9 +260,10 @@ def total_exposure(table: Mapping[str, Sequence[float]], cutoff_index: int) -> f
 
 
 def list_details(lists: Iterable[tuple[tuple[str, ...], str, int]], grades: Mapping[str, float],
-                 measure: Measure) -> list[dict[str, Any]]:
+                 measure: Measure, sources: Mapping[str, str]) -> list[dict[str, Any]]:
     """The distinct ranked lists of (list, segment key, impressions) entries, merged across
-    buckets and segments, most shown first, each scored against the query's grades."""
+    buckets and segments, most shown first, each scored against the query's grades (each from
+    the judgment source `sources` names)."""
     merged: dict[tuple[str, ...], dict[str, int]] = {}
     for ranked, segment, count in lists:
         by_segment = merged.setdefault(ranked, {})
@@ -275,7 +276,7 @@ def list_details(lists: Iterable[tuple[tuple[str, ...], str, int]], grades: Mapp
             "impressions": sum(by_segment.values()),
             "segments": [{"segment": dict(parse_segment_key(s)), "impressions": n}
                          for s, n in sorted(by_segment.items())],
-            "results": [{"rank": rank, "doc_id": doc, "grade": grades.get(doc)}
+            "results": [{"rank": rank, "doc_id": doc, "grade": grades.get(doc), "source": sources.get(doc)}
                         for rank, doc in enumerate(ranked, start=1)],
             "dcg": {str(k): score.dcg[k] for k in measure.cutoffs},
             "ndcg": {str(k): score.ndcg[k] for k in measure.cutoffs},

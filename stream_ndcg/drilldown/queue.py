@@ -34,10 +34,10 @@ class Pair:
 GroupExposures = dict[tuple[int, str], dict[str, tuple[float, int]]]
 
 
-def unjudged_exposures(state: QueryState, k: int) -> GroupExposures:
-    """Each group's unjudged documents with their top-k exposure in it: what the judging queue
-    needs of a query's state (and keeps while the query's rows do not change)."""
-    grades = state.grades()
+def unjudged_exposures(state: QueryState, k: int, sources: tuple[str, ...]) -> GroupExposures:
+    """Each group's documents no source of `sources` grades, with their top-k exposure in it: what
+    the judging queue needs of a query's state (and keeps while the query's rows do not change)."""
+    grades = state.grades(sources)
     groups: GroupExposures = {}
     for key, group in state.groups.items():
         docs: dict[str, tuple[float, int]] = {}

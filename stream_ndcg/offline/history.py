@@ -41,7 +41,7 @@ from prometheus_client import CollectorRegistry
 from stream_ndcg import wiring
 from stream_ndcg.config import Settings, flag_name
 from stream_ndcg.errors import ConfigError
-from stream_ndcg.events import Click, Event, InvalidEvent
+from stream_ndcg.events import Click, Event, InvalidEvent, Judgment
 from stream_ndcg.exporter import Exporter, WindowView
 from stream_ndcg.setting_flags import add_setting_flags
 from stream_ndcg.source.local import LocalRecord
@@ -153,8 +153,9 @@ class History:
     def add(self, raw: bytes | str) -> None:
         value = raw.encode() if isinstance(raw, str) else raw
         event = self.pipeline.parse(LocalRecord(PARTITION, 0, self._offset, None, value), self.now_ms)
-        # A click moves no clock of the service (`engine.Engine.apply`).
-        if not isinstance(event, InvalidEvent | Click):
+        # A click, or a judgment of a source not listed, moves no clock of the service (`engine.Engine.apply`).
+        if not isinstance(event, InvalidEvent | Click) and not (
+                isinstance(event, Judgment) and event.source not in self.engine.measure.sources):
             bucket = self.engine.bucket_of(event.ts)
             if self._clock_bucket is None:
                 self._clock_bucket = bucket
@@ -195,11 +196,12 @@ class History:
 def settings_of(*, k: Sequence[int] | str | None = None, gain: str | None = None, ideal: str | None = None,
                 max_results: int | str | None = None, bucket: str | None = None, windows: str | None = None,
                 segment_labels: str | None = None, pipeline: str | None = None,
-                dedup_horizon: str | None = None) -> Settings:
+                dedup_horizon: str | None = None, judgment_sources: str | None = None) -> Settings:
     """The service's settings for a history, its defaults where a value is None; ConfigError if invalid."""
     flags: dict[str, Any] = {"k": k, "gain": gain, "ideal": ideal, "max_results": max_results, "bucket": bucket,
                              "windows": windows, "segment_labels": segment_labels, "namespace": pipeline,
-                             "dedup_horizon": dedup_horizon, "clock": "event"}
+                             "dedup_horizon": dedup_horizon, "judgment_sources": judgment_sources,
+                             "clock": "event"}
     return Settings.load(flags=flags)
 
 
@@ -236,7 +238,8 @@ def history_of(args: argparse.Namespace) -> History | None:
         raise ConfigError(f"--openmetrics: directory {directory} does not exist")
     return History(settings_of(k=args.k, gain=args.gain, ideal=args.ideal, max_results=args.max_results,
                                bucket=args.bucket, windows=args.windows, segment_labels=args.segment_labels,
-                               pipeline=args.namespace, dedup_horizon=args.dedup_horizon))
+                               pipeline=args.namespace, dedup_horizon=args.dedup_horizon,
+                               judgment_sources=args.judgment_sources))
 
 
 def write_history(history: History, path: str) -> None:

@@ -21,6 +21,10 @@ at a boundary of its clock is applied as a judgment event of the file would be, 
 aside). The judge's clock is the file's, so the judgments are those of `judge` on
 one partition with the event clock: events after the last boundary it passed are in
 none of them.
+
+A document's grade is the service's: of each judgment source, its greatest revision; of the
+measure's `sources`, the first that grades the document. A judgment of a source it does not
+list is counted and set aside, as `run` sets it aside.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from stream_ndcg.vocabulary import (
     IMPRESSION,
     IMPRESSIONS,
     JUDGMENT,
+    UNLISTED_SOURCE,
     dcg_at,
     full_segment_key,
     judged_at,
@@ -82,13 +87,15 @@ class Replay:
         self._impressions: list[tuple[Any, ...]] = []
         # impression id -> the bucket of the clock when an impression with it was last accepted.
         self._impression_buckets: dict[str, int] = {}
-        # query -> doc -> (precedence, grade) of the greatest revision so far.
-        self._winners: dict[str, dict[str, tuple[tuple[int, bool, str, bool, float], float | None]]] = {}
+        # query -> doc -> source -> (precedence, grade) of its greatest revision so far.
+        self._winners: dict[str, dict[str, dict[str, tuple[tuple[int, bool, str, bool, float], float | None]]]] = {}
         self._revisions: set[tuple[Any, ...]] = set()
         self.duplicates: Counter[str] = Counter()
         self.rejected: Counter[str] = Counter()
         # Clicks, counted and set aside as the service sets them aside (no clock moves for them).
         self.clicks = 0
+        # Judgments of a source the measure does not list, the same.
+        self.unlisted = 0
         # The smallest event time applied, to notice files written in epoch seconds.
         self.earliest_ts: int | None = None
         # The newest: where the event clock of the service would stand.
@@ -114,6 +121,14 @@ class Replay:
         self._apply(event)
         return None
 
+    def _listed(self, event: Impression | Judgment) -> bool:
+        """Whether the event counts: any impression, a judgment of a source the measure lists (one of
+        another source is counted here as set aside)."""
+        if isinstance(event, Judgment) and event.source not in self.measure.sources:
+            self.unlisted += 1
+            return False
+        return True
+
     def _click_judgment(self, judgment: ClickJudgment) -> None:
         """Apply a judgment decided from clicks, as `run` applies the judge's."""
         if self.tap is not None:
@@ -123,6 +138,8 @@ class Replay:
         self._apply(judgment.judgment())
 
     def _apply(self, event: Impression | Judgment) -> None:
+        if not self._listed(event):
+            return
         ts = event.ts
         if self.earliest_ts is None or ts < self.earliest_ts:
             self.earliest_ts = ts
@@ -148,13 +165,24 @@ class Replay:
         winners = self._winners.get(event.query_id)
         if winners is None:
             winners = self._winners[event.query_id] = {}
-        current = winners.get(event.doc_id)
+        by_source = winners.get(event.doc_id)
+        if by_source is None:
+            by_source = winners[event.doc_id] = {}
+        current = by_source.get(event.source)
         precedence = event.precedence
         if current is None or precedence > current[0]:
-            winners[event.doc_id] = (precedence, event.grade)
+            by_source[event.source] = (precedence, event.grade)
 
     def grades(self, query_id: str) -> dict[str, float]:
-        return {doc: grade for doc, (_, grade) in self._winners.get(query_id, {}).items() if grade is not None}
+        """Each graded document's grade: the first of the measure's sources that grades it."""
+        found: dict[str, float] = {}
+        for doc, by_source in self._winners.get(query_id, {}).items():
+            for source in self.measure.sources:
+                held = by_source.get(source)
+                if held is not None and held[1] is not None:
+                    found[doc] = held[1]
+                    break
+        return found
 
     def scored(self) -> Iterator[ScoredImpression]:
         """Every distinct impression, scored with every judgment applied, in arrival order."""
@@ -252,6 +280,7 @@ class Replay:
                 IMPRESSION: len(self._impressions),
                 JUDGMENT: len(self._revisions),
                 CLICK: self.clicks,
+                UNLISTED_SOURCE: self.unlisted,
                 "duplicate": sum(self.duplicates.values()),
                 "rejected": dict(sorted(self.rejected.items())),
             },

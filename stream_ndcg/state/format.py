@@ -7,9 +7,11 @@ module.
 
 A query state is one hash:
 
-    r|<doc>                JSON list of the document's judgment events [ts, event_id, grade];
-                           a commit appends the batch's events to it (`revisions_tail`), or
-                           writes it whole when old ones were forgotten
+    r|<doc>                JSON list of the document's judgment events [ts, event_id, grade],
+                           [ts, event_id, grade, source] for a source other than raters (format
+                           4; formats 1 to 3 hold raters' events only); a commit appends the
+                           batch's events to it (`revisions_tail`), or writes it whole when old
+                           ones were forgotten
     g|<bucket>|<segment>   JSON group [impressions, credited, ranks, lists]:
                            credited  [[cut-offs], impressions, then per cut-off its dcg, judged,
                                      ndcg and scored sums], or {field: sum} for any other set
@@ -39,8 +41,9 @@ are re-credited).
 `FORMAT_VERSION` numbers this layout. A store records it with the state and
 refuses state recorded with a version it cannot read (`check_format`): this one
 reads 1 (JSON list fields; state recorded before the number existed is version
-1), 2 (lists as positions) and 3 (groups by position), and records 3, which
-releases that read only 1 and 2 refuse.
+1), 2 (lists as positions), 3 (groups by position) and 4 (judgment events with their
+source), and records 4, which releases that read only 1 to 3 refuse: they would
+take every source's events for raters'.
 """
 
 from __future__ import annotations
@@ -56,12 +59,12 @@ from stream_ndcg.engine import BatchOutcome, QueryChange
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.query_state import Group, QueryState, Revision
 from stream_ndcg.rows import Row
-from stream_ndcg.vocabulary import IMPRESSIONS, dcg_at, judged_at, ndcg_at, scored_at
+from stream_ndcg.vocabulary import IMPRESSIONS, RATERS, dcg_at, judged_at, ndcg_at, scored_at
 
 # Bump it with any change to the layout above, and teach the stores to read the old one or to refuse it.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 # What this release reads; it records FORMAT_VERSION over any of them.
-READABLE_FORMATS = ("1", "2", "3")
+READABLE_FORMATS = ("1", "2", "3", "4")
 
 
 def check_format(found: str | None) -> None:
@@ -200,14 +203,25 @@ def _whole_numbers_short(encoded: bytes) -> bytes:
     return encoded.replace(b".0,", b",").replace(b".0]", b"]")
 
 
+def encode_revisions(revisions: list[Revision]) -> str:
+    """The events as a JSON list, raters' without their source: state judged by raters alone is
+    stored as before sources were."""
+    return orjson.dumps([revision[:3] if revision[3] == RATERS else revision for revision in revisions]).decode()
+
+
 def revisions_tail(revisions: list[Revision]) -> str:
     """The events as the tail of a JSON list: what a commit appends inside the stored list's brackets."""
-    return orjson.dumps(revisions).decode()[1:-1]
+    return encode_revisions(revisions)[1:-1]
+
+
+def decode_revisions(raw: bytes | str) -> list[Revision]:
+    """The events of a stored list; one without a source is raters' (all of formats 1 to 3)."""
+    return [(r[0], r[1], r[2], r[3] if len(r) > 3 else RATERS) for r in orjson.loads(raw)]
 
 
 def state_fields(state: QueryState) -> dict[bytes, bytes]:
     """The whole state as hash fields, as a Redis client would return them."""
-    fields = {revisions_field(doc).encode(): _kept(seen).encode() for doc, seen in state.revisions.items()}
+    fields = {revisions_field(doc).encode(): encode_revisions(seen).encode() for doc, seen in state.revisions.items()}
     for (bucket, segment), group in state.groups.items():
         fields[group_field(bucket, segment).encode()] = encode_group(group).encode()
     return fields
@@ -218,7 +232,7 @@ def state_from_fields(fields: Mapping[Any, Any]) -> QueryState:
     state = QueryState()
     for name, value in fields.items():
         if name.startswith(b"r|"):
-            state.revisions[name[2:].decode()] = [(r[0], r[1], r[2]) for r in orjson.loads(value)]
+            state.revisions[name[2:].decode()] = decode_revisions(value)
         elif name.startswith(b"g|"):
             _, bucket, segment = name.decode().split("|", 2)
             state.groups[(int(bucket), segment)] = decode_group(value)
@@ -235,7 +249,7 @@ def changed_fields(state: QueryState, change: QueryChange) -> tuple[list[str], l
     # A document's events are appended to the list held, unless old ones were forgotten: then the
     # list is written whole.
     for doc in change.pruned:
-        written += [revisions_field(doc), orjson.dumps(state.revisions[doc]).decode()]
+        written += [revisions_field(doc), encode_revisions(state.revisions[doc])]
     appended = [[revisions_field(doc), revisions_tail(new)] for doc, new in change.revised.items()
                 if doc not in change.pruned]
     return written, removed, appended

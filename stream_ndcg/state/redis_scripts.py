@@ -21,7 +21,8 @@ Cluster hash tag, so that everything of one input partition P =
                                        rowseq (how many row log entries were ever written),
                                        aggmark (the offset its last commit wrote aggchg up to) and
                                        aggepoch (counts the times aggchg missed commits: see below)
-    {ns:P}:counts              HASH    event counts: impression, judgment, click, duplicate:*, rejected:*
+    {ns:P}:counts              HASH    event counts: impression, judgment, click, duplicate:*, rejected:*,
+                                       judgment_source:*, judgment_unlisted_source
     {ns:P}:q:<query_id>        HASH    the query's state (fields: `state.format`), TTL max(horizon,
                                        judgment TTL); without judgments, under the wall clock, its
                                        newest bucket's TTL

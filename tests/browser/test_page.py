@@ -73,22 +73,25 @@ def detail(query_id: str, params: dict[str, str]) -> dict[str, Any]:
                                                  "10": {"ndcg": 0.1, "dcg": 0.3, "judged_ratio": 0.5,
                                                         "scored_impressions": 39}}},
             "lists": [{"impressions": 30, "segments": [{"segment": {"variant": "B"}, "impressions": 30}],
-                       "results": [{"rank": 1, "doc_id": IMG_ID, "grade": None},
-                                   {"rank": 2, "doc_id": "d-neg", "grade": -1.0},
-                                   {"rank": 3, "doc_id": "d-good", "grade": 3.0}],
+                       "results": [{"rank": 1, "doc_id": IMG_ID, "grade": None, "source": None},
+                                   {"rank": 2, "doc_id": "d-neg", "grade": -1.0, "source": "raters"},
+                                   {"rank": 3, "doc_id": "d-good", "grade": 3.0, "source": "coec"}],
                        "dcg": {"5": 3.5, "10": 3.5}, "ndcg": {"5": 0.5, "10": None},
                        "ideal_dcg": {"5": 7.0, "10": 7.0}},
                       {"impressions": 10, "segments": [{"segment": {"variant": "A"}, "impressions": 10}],
-                       "results": [{"rank": 1, "doc_id": "d-good", "grade": 3.0}],
+                       "results": [{"rank": 1, "doc_id": "d-good", "grade": 3.0, "source": "coec"}],
                        "dcg": {"5": 7.0, "10": 7.0}, "ndcg": {"5": 1.0, "10": 1.0},
                        "ideal_dcg": {"5": 7.0, "10": 7.0}}],
             "lists_total": 2,
-            "ideal_ordering": [{"doc_id": "d-good", "grade": 3.0}, {"doc_id": "d-neg", "grade": -1.0}],
+            "ideal_ordering": [{"doc_id": "d-good", "grade": 3.0, "source": "coec",
+                                "source_grades": {"raters": None, "coec": 3.0, "sdbn": 1.0}},
+                               {"doc_id": "d-neg", "grade": -1.0, "source": "raters",
+                                "source_grades": {"raters": -1.0}}],
             "ideal_dcg": {"5": 7.0, "10": 7.0},
-            "judgments": {"d-good": [{"ts": NOW - 5000, "event_id": "j1", "grade": 2.0},
-                                     {"ts": NOW - 1000, "event_id": "j2", "grade": 3.0}],
-                          IMG_ID: [{"ts": NOW - 3000, "event_id": SCRIPT_ID, "grade": 1.0},
-                                   {"ts": NOW - 2000, "event_id": "j4", "grade": None}]}}
+            "judgments": {"d-good": [{"ts": NOW - 5000, "event_id": "j1", "grade": 2.0, "source": "raters"},
+                                     {"ts": NOW - 1000, "event_id": "j2", "grade": 3.0, "source": "coec"}],
+                          IMG_ID: [{"ts": NOW - 3000, "event_id": SCRIPT_ID, "grade": 1.0, "source": "raters"},
+                                   {"ts": NOW - 2000, "event_id": "j4", "grade": None, "source": "raters"}]}}
 
 
 PAIRS = [{"query_id": SCRIPT_ID, "doc_id": IMG_ID, "exposure": 30.0, "share": 0.5, "best_rank": 1,
@@ -259,6 +262,14 @@ def test_sorting_views_and_the_fragment(canned: Canned) -> None:
         assert page.eval_on_selector_all("#ideal-ordering tbody tr", "rows => rows.map(r => r.dataset.docId)") \
             == ["d-good", "d-neg"]
         assert page.eval_on_selector_all("#judgment-history tbody tr.retracted", "rows => rows.length") == 1
+        # Which source each grade is from, and on hover every source's grade of the document.
+        assert page.eval_on_selector_all("#detail-lists .list-card:first-child tbody td.source",
+                                         "cells => cells.map(c => c.textContent)") == ["", "raters", "coec"]
+        assert page.eval_on_selector_all("#ideal-ordering tbody td.source",
+                                         "cells => cells.map(c => [c.textContent, c.title])") \
+            == [["coec", "raters retracted, coec 3, sdbn 1"], ["raters", "raters -1"]]
+        history = page.eval_on_selector_all("#judgment-history tbody td.source", "cs => cs.map(c => c.textContent)")
+        assert history == ["raters", "coec", "raters", "raters"]
     assert tab.errors == []
 
 

@@ -1,9 +1,11 @@
-"""An upgrade without a cliff: state built by release 0.1.0, stopped mid-stream, is continued by the
-working tree, and the numbers equal the replay of the whole stream to 1e-9."""
+"""An upgrade without a cliff: state built by release 0.1.0, or by the last commit that wrote state
+format 3, stopped mid-stream, is continued by the working tree, and the numbers equal the replay of
+the whole stream to 1e-9."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -22,13 +24,19 @@ pytestmark = [pytest.mark.kafka, pytest.mark.redis]
 ROOT = Path(__file__).resolve().parents[2]
 # The commit tagged v0.1.0 (a clone may not carry the tag; it carries the commit).
 RELEASE_0_1_0 = "be40db58433b175470fb1580dffbe4f31990690f"
+# The last commit that wrote state format 3 (before judgment sources, #28).
+FORMAT_3 = "56cf76aaa703e53d7106af8700e02081b1882cfd"
 
 
 def release_0_1_0(into: Path) -> Path:
-    """The package of release 0.1.0, extracted from git (no work tree, no repository change)."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", RELEASE_0_1_0, "stream_ndcg"],
+    return package_of(RELEASE_0_1_0, into)
+
+
+def package_of(commit: str, into: Path) -> Path:
+    """The package of a commit, extracted from git (no work tree, no repository change)."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", commit, "stream_ndcg"],
                              capture_output=True, check=False)
-    assert archive.returncode == 0, f"release 0.1.0 ({RELEASE_0_1_0}) is not in this clone: {archive.stderr!r}"
+    assert archive.returncode == 0, f"commit {commit} is not in this clone: {archive.stderr!r}"
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(into, filter="data")
     return into
@@ -60,4 +68,49 @@ def test_state_of_release_0_1_0_is_continued_exactly(
     sender.join()
     samples = wait_for_messages(new, len(messages))
     assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == compared_gauges()
+    assert new.stop() == 0
+
+
+def from_other_sources(messages: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The messages with every second judgment from a click model (COEC or SDBN in turn): some fill
+    a gap of raters, some are behind a rater's grade."""
+    changed: list[tuple[bytes, bytes]] = []
+    judgments = 0
+    for key, value in messages:
+        try:
+            event = json.loads(value)
+        except ValueError:
+            event = None
+        if isinstance(event, dict) and event.get("type") == "judgment":
+            judgments += 1
+            if judgments % 2:
+                event["source"] = ("coec", "sdbn")[judgments // 2 % 2]
+                value = json.dumps(event).encode()
+        changed.append((key, value))
+    return changed
+
+
+def test_state_of_format_3_is_read_as_raters_and_continued_with_other_sources(
+        kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
+    old_code = package_of(FORMAT_3, tmp_path / "format-3")
+    topic = create_topic(kafka.bootstrap, partitions=2)
+    messages = simulated(8_000, seed=43)
+    # The state of format 3 holds raters' judgments only: every event with a source comes after it stopped.
+    before, after = messages[:4_000], from_other_sources(messages[4_000:])
+    env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_BATCH_SIZE="200")
+    old = Service({**env, "PYTHONPATH": str(old_code)}, tmp_path / "old", python=(sys.executable, "-P"))
+    new = Service(env, tmp_path / "new")
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    services.extend([old, new])
+
+    old.start()
+    send_paced(kafka.bootstrap, topic, before, 2_000.0).join()
+    wait_for_messages(old, len(before))
+    assert old.stop() == 0
+    new.start()
+    send_paced(kafka.bootstrap, topic, after, 2_000.0).join()
+    samples = wait_for_messages(new, len(messages))
+    assert expect_equal_to_replay(samples, replay_of(before + after), "1d", CUTOFFS) == compared_gauges()
+    assert all(samples[("stream_ndcg_judgments_total", (("source", source),))] > 0 for source in ("coec", "sdbn"))
     assert new.stop() == 0

@@ -169,9 +169,11 @@ def killed_at_exit(services: Iterable[Service]) -> Iterator[None]:
 
 
 def settled(samples: Samples) -> int:
-    """Every message the service has taken in: accepted, duplicate or rejected."""
+    """Every message the service has taken in: accepted, duplicate, rejected, or a judgment of a source
+    it does not list."""
     return int(sum(v for (name, _), v in samples.items() if name in (
-        "stream_ndcg_events_total", "stream_ndcg_events_rejected_total", "stream_ndcg_events_duplicate_total")))
+        "stream_ndcg_events_total", "stream_ndcg_events_rejected_total", "stream_ndcg_events_duplicate_total",
+        "stream_ndcg_judgments_unlisted_source_total")))
 
 
 def progress(service: Service) -> int:

@@ -26,7 +26,7 @@ from stream_ndcg.metric import Measure
 from stream_ndcg.pipeline import BatchPipeline
 from stream_ndcg.state.base import StateStore
 from stream_ndcg.state.memory import MemoryStore
-from stream_ndcg.vocabulary import JUDGMENT, TOO_OLD, AggregateKey, duplicate, rejected
+from stream_ndcg.vocabulary import DEFAULT_JUDGMENT_SOURCES, JUDGMENT, TOO_OLD, AggregateKey, duplicate, rejected
 from stream_ndcg.window_sums import AggregateRead
 from stream_ndcg.windows import window_means
 from tests.support.batches import apply_batch, parsed
@@ -244,11 +244,31 @@ class StoreContract:
         apply_batch(store, engine, "t:0", parsed([judged % (3, later, b"e3")]), epoch=epoch, next_offset=3)
         state = store.load("t:0", ["q"], {}).states["q"]
         assert [r[:2] for r in state.revisions["a"]] == [(later, "e3")]
-        assert state.grades() == {"a": 3}
+        assert state.grades(DEFAULT_JUDGMENT_SOURCES) == {"a": 3}
         # A forgotten event delivered again is too old, as it would have been remembered.
         apply_batch(store, engine, "t:0", parsed([judged % (1, T0, b"e1")]), epoch=epoch, next_offset=4)
         counts = store.counts()
         assert (counts[JUDGMENT], counts[rejected(TOO_OLD)], counts.get(duplicate(JUDGMENT), 0)) == (3, 1, 0)
+
+    def test_each_sources_events_are_kept_and_forgotten_apart(self, store: StateStore) -> None:
+        """Events of several sources appended to one stored list, each source's winner kept when old
+        events are forgotten, and the grade the first listed source's."""
+        max_age = 10 * BUCKET
+        engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON, judgment_max_age_ms=max_age)
+        epoch = store.claim("t:0")
+        judged = b'{"type":"judgment","query_id":"q","doc_id":"a","grade":%s,"ts":%d,"source":"%s"}'
+        apply_batch(store, engine, "t:0", parsed([judged % (b"1", T0, b"raters"), judged % (b"3", T0, b"coec")]),
+                    epoch=epoch, next_offset=2)
+        apply_batch(store, engine, "t:0", parsed([judged % (b"2", T0 + BUCKET, b"coec")]), epoch=epoch, next_offset=3)
+        state = store.load("t:0", ["q"], {}).states["q"]
+        assert state.revisions["a"] == [(T0, None, 1.0, "raters"), (T0, None, 3.0, "coec"),
+                                        (T0 + BUCKET, None, 2.0, "coec")]
+        assert state.grades(DEFAULT_JUDGMENT_SOURCES) == {"a": 1.0}
+        later = T0 + 2 * max_age + 2 * BUCKET
+        apply_batch(store, engine, "t:0", parsed([judged % (b"null", later, b"raters")]), epoch=epoch, next_offset=4)
+        state = store.load("t:0", ["q"], {}).states["q"]
+        assert sorted(state.revisions["a"]) == [(T0 + BUCKET, None, 2.0, "coec"), (later, None, None, "raters")]
+        assert state.grades(DEFAULT_JUDGMENT_SOURCES) == {"a": 2.0}
 
     def test_ranked_lists_are_kept_deduplicated_with_counts(self, store: StateStore) -> None:
         engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)

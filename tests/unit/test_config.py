@@ -75,7 +75,8 @@ def test_the_namespace_is_the_group_id_unless_set() -> None:
 def test_the_metric_configuration_names_what_the_numbers_mean() -> None:
     config = Settings.load(flags={"k": "3,10", "gain": "linear", "windows": "5m,1h"}).metric_config
     assert config == {"k": [3, 10], "gain": "linear", "ideal": "pool", "bucket": 60_000,
-                      "windows": [300_000, 3_600_000], "segment_labels": ["variant"]}
+                      "windows": [300_000, 3_600_000], "segment_labels": ["variant"],
+                      "judgment_sources": ["raters", "coec", "sdbn"]}
 
 
 def test_durations() -> None:

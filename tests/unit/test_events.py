@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -40,6 +41,16 @@ def test_a_click_takes_the_optional_fields_and_times_of_the_other_types() -> Non
     # Its fast recognition and its field-by-field checks build the same click.
     text = json.dumps(CLICK, separators=(", ", ": ")).replace('"d4"', '"d:4"')
     assert parse_event(text) == Click("imp-81", "cheap flights", "d:4", 1763683205000, "c-1")
+
+
+def test_a_judgment_names_its_source_and_may_carry_evidence() -> None:
+    assert parse_event(encode(JUDGMENT)) == Judgment("cheap flights", "d4", 2.0, 1763683260000, "e-2", "raters")
+    assert parse_event(encode(JUDGMENT | {"source": None})) == parse_event(encode(JUDGMENT))
+    from_clicks = JUDGMENT | {"source": "coec", "evidence": {"impressions": 40, "clicks": 9, "expected_clicks": 4.5}}
+    assert parse_event(encode(from_clicks)) == Judgment("cheap flights", "d4", 2.0, 1763683260000, "e-2", "coec")
+    # The evidence's keys count as the segment's do: the usual message is still decoded fast.
+    assert decoding.plain_object(encode(from_clicks), encode(from_clicks).count(b":")) is not None
+    assert isinstance(parse_event(encode(JUDGMENT | {"source": "a" + "b" * 31})), Judgment)
 
 
 def test_optional_fields_and_rfc3339_times() -> None:
@@ -141,7 +152,25 @@ def faults(obj: dict[str, object]) -> set[str]:
             found.add("invalid_grade")
         elif abs(grade) > MAX_ABS_GRADE or 0 < abs(grade) < MIN_ABS_GRADE:
             found.add("grade_out_of_range")
+    if kind == "judgment":
+        found |= _source_faults(obj.get("source")) | _evidence_faults(obj.get("evidence"))
     return found
+
+
+def _source_faults(source: object) -> set[str]:
+    if source is None or isinstance(source, str) and re.fullmatch(r"[a-z][-_a-z0-9]{0,31}", source):
+        return set()
+    return {"invalid_source"}
+
+
+def _evidence_faults(evidence: object) -> set[str]:
+    if evidence is None:
+        return set()
+    if (not isinstance(evidence, dict) or len(evidence) > DEFAULT_LIMITS.max_segment_keys
+            or any(not k or len(k) > DEFAULT_LIMITS.max_id_length or isinstance(v, bool)
+                   or not isinstance(v, int | float) for k, v in evidence.items())):
+        return {"invalid_evidence"}
+    return set()
 
 
 def _holds_infinity(value: object) -> bool:
@@ -194,6 +223,9 @@ WELL_FORMED: dict[str, st.SearchStrategy[object]] = {
     "grade": st.none() | st.integers(-3, 3) | st.floats(-MAX_ABS_GRADE, MAX_ABS_GRADE),
     "results": st.lists(st.text(min_size=1, max_size=8), max_size=4),
     "segment": st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=8), max_size=3),
+    "source": st.sampled_from(["raters", "coec", "sdbn", "x-1_b"]),
+    "evidence": st.dictionaries(st.text(min_size=1, max_size=8),
+                                st.integers(0, 10**6) | st.floats(0, 1e6, allow_nan=False), max_size=3),
 }
 
 
@@ -210,7 +242,8 @@ def expected_event(obj: dict[str, object]) -> Impression | Judgment | Click:
                           event_id=fields.get("event_id"))
     grade = fields["grade"]
     return Judgment(query_id=fields["query_id"], doc_id=fields["doc_id"], ts=fields["ts"],
-                    grade=None if grade is None else float(grade), event_id=fields.get("event_id"))
+                    grade=None if grade is None else float(grade), event_id=fields.get("event_id"),
+                    source=fields.get("source") or "raters")
 
 
 @st.composite

@@ -7,7 +7,9 @@
   dedup horizon over resent impressions;
 - states kept in memory from batch to batch (as the Redis store's cache keeps
   them) write the same drill-down rows as states read back from their stored form;
-- clicks in the stream are counted and change nothing else of the service's state.
+- clicks in the stream are counted and change nothing else of the service's state;
+- judgments of several sources, in any order and any batches, give the numbers of a batch
+  recomputation that takes each document's grade from the first listed source with one.
 """
 
 from __future__ import annotations
@@ -22,13 +24,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stream_ndcg.engine import Engine
-from stream_ndcg.metric import Measure
-from stream_ndcg.offline.replay import Replay
+from stream_ndcg.metric import Measure, score_list
+from stream_ndcg.offline.replay import Replay, ScoreTotals
 from stream_ndcg.query_state import QueryState
 from stream_ndcg.rows import group_row
 from stream_ndcg.state.format import state_fields, state_from_fields
 from stream_ndcg.state.memory import MemoryStore
-from stream_ndcg.vocabulary import full_segment_key
+from stream_ndcg.vocabulary import UNLISTED_SOURCE, full_segment_key
 from stream_ndcg.windows import window_means
 from tests.support.batches import apply_batch, parsed
 
@@ -38,6 +40,9 @@ QUERIES = ["q0", "q1", "q2"]
 grades = st.sampled_from([None, -1, 0, 1, 2, 3, 0.5])
 timestamps = st.integers(min_value=0, max_value=5)
 event_ids = st.sampled_from([None, "a", "b"])
+# None: no source field (raters'); "ugc" is in no order drawn below.
+sources = st.sampled_from([None, "raters", "coec", "sdbn", "ugc"])
+orders = st.sampled_from([("raters", "coec", "sdbn"), ("coec", "raters"), ("sdbn", "coec"), ("raters",)])
 
 
 @st.composite
@@ -66,6 +71,9 @@ def judgment(draw: st.DrawFn) -> dict[str, Any]:
     event_id = draw(event_ids)
     if event_id:
         event["event_id"] = event_id
+    source = draw(sources)
+    if source:
+        event["source"] = source
     return event
 
 
@@ -83,6 +91,7 @@ measures = st.builds(
     cutoffs=st.sampled_from([(1, 3), (5,), (2, 10)]),
     gain=st.sampled_from(["exponential", "linear"]),
     ideal=st.sampled_from(["pool", "list"]),
+    sources=orders,
 )
 
 
@@ -110,8 +119,13 @@ def test_delivering_events_again_changes_nothing_but_the_duplicate_count(
     for position, message in sorted(zip(positions, again, strict=True), key=lambda p: -p[0]):
         redelivered.insert(position, message)
     original, twice = replayed(messages, measure), replayed(redelivered, measure)
-    assert twice[0]["events"]["duplicate"] == original[0]["events"]["duplicate"] + len(again)
+    # A judgment of a source not listed is never kept, so never known again: counted as unlisted again.
+    unlisted = sum(json.loads(m).get("source", "raters") not in measure.sources for m in again
+                   if b'"judgment"' in m)
+    assert twice[0]["events"]["duplicate"] == original[0]["events"]["duplicate"] + len(again) - unlisted
+    assert twice[0]["events"][UNLISTED_SOURCE] == original[0]["events"][UNLISTED_SOURCE] + unlisted
     twice[0]["events"]["duplicate"] = original[0]["events"]["duplicate"]
+    twice[0]["events"][UNLISTED_SOURCE] = original[0]["events"][UNLISTED_SOURCE]
     assert_same(original, twice)
 
 
@@ -177,6 +191,7 @@ def assert_engine_equals_replay(messages: list[bytes], measure: Measure, batch_s
         counts = store.counts()
         assert counts["impression"] == expected["events"]["impression"]
         assert counts["judgment"] == expected["events"]["judgment"]
+        assert counts[UNLISTED_SOURCE] == expected["events"][UNLISTED_SOURCE]
         assert counts["duplicate:impression"] + counts["duplicate:judgment"] == expected["events"]["duplicate"]
     assert store.next_offset("t:0") == (position or None)
 
@@ -220,7 +235,8 @@ def test_states_kept_from_batch_to_batch_write_the_rows_of_states_read_back(
         kept.update(outcome.touched)
         for (query_id, bucket, segment), row in outcome.rows.items():
             read_back = state_from_fields(state_fields(kept[query_id]))
-            assert row == group_row(read_back.groups[(bucket, segment)], read_back.grades(), measure.cutoffs)
+            assert row == group_row(read_back.groups[(bucket, segment)], read_back.grades(measure.sources),
+                                    measure.cutoffs)
 
 
 @st.composite
@@ -255,3 +271,45 @@ def test_run_counts_clicks_and_applies_none_of_them(
     ours, theirs = clicked.aggregates(), without.aggregates()
     assert all(abs(ours.get(key, 0.0) - theirs.get(key, 0.0)) <= 1e-9 for key in ours.keys() | theirs.keys())
     assert clicked.clock_ms() == without.clock_ms()
+
+
+def recomputed_grades(messages: list[bytes], sources: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """Each query's grades from the distinct judgment events, all at once: per (document, source)
+    the greatest event by (ts, event id, grade), then the first of `sources` whose event grades."""
+    greatest: dict[tuple[str, str, str], tuple[tuple[Any, ...], float | None]] = {}
+    for event in map(json.loads, messages):
+        if event["type"] != "judgment" or event.get("source", "raters") not in sources:
+            continue
+        event_id, grade = event.get("event_id"), event["grade"]
+        rank = (event["ts"], event_id is not None, event_id or "", grade is not None, grade or 0.0)
+        key = (event["query_id"], event["doc_id"], event.get("source", "raters"))
+        if key not in greatest or rank > greatest[key][0]:
+            greatest[key] = (rank, None if grade is None else float(grade))
+    found: dict[str, dict[str, float]] = {}
+    for query_id, doc in {(q, d) for q, d, _ in greatest}:
+        for source in sources:
+            held = greatest.get((query_id, doc, source))
+            if held is not None and held[1] is not None:
+                found.setdefault(query_id, {})[doc] = held[1]
+                break
+    return found
+
+
+@given(event_streams(), measures, st.randoms(use_true_random=False),
+       st.lists(st.integers(1, 6), min_size=40, max_size=40))
+def test_judgments_of_several_sources_in_any_order_give_the_batch_recomputation(
+        messages: list[bytes], measure: Measure, rnd: Any, batch_sizes: list[int]) -> None:
+    shuffled = list(messages)
+    rnd.shuffle(shuffled)
+    engine, store = Engine(measure), MemoryStore()
+    epoch = store.claim("t:0")
+    for batch, position in in_batches(shuffled, batch_sizes):
+        apply_batch(store, engine, "t:0", parsed(batch), epoch=epoch, next_offset=position)
+    grades = recomputed_grades(messages, measure.sources)
+    states = store.load("t:0", QUERIES, {}).states
+    assert {q: s.grades(measure.sources) for q, s in states.items() if s.grades(measure.sources)} == grades
+    # Every impression scored from scratch against the recomputed grades: the batch's numbers.
+    impressions = [event for event in map(json.loads, messages) if event["type"] == "impression"]
+    totals = ScoreTotals(measure.cutoffs, (score_list(event["results"], grades.get(event["query_id"], {}), measure)
+                                           for event in impressions))
+    assert_close(window_means(store.aggregates(), measure.cutoffs), totals.means())

@@ -22,8 +22,8 @@ def test_replay_of_the_shipped_example(tmp_path: Path, capsys: pytest.CaptureFix
                  "--per-impression", str(out)]) == 0
     captured = capsys.readouterr()
     summary = json.loads(captured.out)
-    assert summary["events"] == {"impression": 2, "judgment": 9, "click": 0, "duplicate": 1,
-                                 "rejected": {"invalid_grade": 1, "not_json": 1}}
+    assert summary["events"] == {"impression": 2, "judgment": 9, "click": 0, "judgment_unlisted_source": 0,
+                                 "duplicate": 1, "rejected": {"invalid_grade": 1, "not_json": 1}}
     assert f"{EXAMPLE}:13: rejected (invalid_grade)" in captured.err
     assert f"{EXAMPLE}:14: rejected (not_json)" in captured.err
     rows = {row["impression_id"]: row for row in map(json.loads, out.read_text().splitlines())}

@@ -14,6 +14,7 @@ from stream_ndcg.metric import Measure
 from stream_ndcg.query_state import Group, QueryState
 from stream_ndcg.state import format as state_format
 from stream_ndcg.state.memory import MemoryStore
+from stream_ndcg.vocabulary import DEFAULT_JUDGMENT_SOURCES
 
 T0 = 1_763_683_200_000
 BATCHES = [
@@ -59,7 +60,39 @@ def test_a_state_round_trips_with_its_ranks_as_integers() -> None:
     again = state_format.state_from_fields(state_format.state_fields(state))
     assert again == state and again is not state
     assert all(isinstance(rank, int) for group in again.groups.values() for at in group.ranks.values() for rank in at)
-    assert again.grades() == {"b": 2.0}
+    assert again.grades(DEFAULT_JUDGMENT_SOURCES) == {"b": 2.0}
+
+
+def judgment(doc: str, grade: float | None, ts: int, source: str | None = None) -> bytes:
+    fields = {"type": "judgment", "query_id": "q", "doc_id": doc, "grade": grade, "ts": ts}
+    return orjson.dumps(fields | ({"source": source} if source else {}))
+
+
+def test_raters_events_are_stored_as_format_3_stored_them_and_others_with_their_source() -> None:
+    engine = Engine(Measure(cutoffs=(3,)))
+    outcome = engine.apply([parse_event(judgment("a", 2, T0)), parse_event(judgment("a", 1, T0, "coec"))], {}, {})
+    written, _, appended = state_format.changed_fields(outcome.touched["q"], outcome.changes["q"])
+    assert not written
+    assert appended == [["r|a", f'[{T0},null,2.0],[{T0},null,1.0,"coec"]']]
+    assert state_format.state_fields(outcome.touched["q"]) == {
+        b"r|a": f'[[{T0},null,2.0],[{T0},null,1.0,"coec"]]'.encode()}
+
+
+def test_a_state_of_format_3_reads_as_raters_grades_and_takes_other_sources_beside_them() -> None:
+    """Format 3 held every judgment as raters' (the service ignored a `source` field then): a
+    click model's grades fill in around them, and a retracted rater's grade gives way to one."""
+    stored = {b"r|a": f'[[{T0},"e1",1.0]]'.encode(), b"r|c": f'[[{T0},null,3.0]]'.encode()}
+    engine = Engine(Measure(cutoffs=(3,)))
+    events = [judgment("a", 3, T0 + 1, "coec"), judgment("b", 2, T0 + 1, "coec"), judgment("c", 0, T0 + 1, "sdbn")]
+    outcome = engine.apply([parse_event(m) for m in events], {"q": state_format.state_from_fields(stored)}, {})
+    apply_like_redis(stored, *state_format.changed_fields(outcome.touched["q"], outcome.changes["q"]))
+    state = state_format.state_from_fields(stored)
+    assert state.grades(DEFAULT_JUDGMENT_SOURCES) == {"a": 1.0, "b": 2.0, "c": 3.0}
+    assert state.grades(("coec", "raters")) == {"a": 3.0, "b": 2.0, "c": 3.0}
+    outcome = engine.apply([parse_event(judgment("a", None, T0 + 2)), parse_event(judgment("c", None, T0 + 2))],
+                           {"q": state}, {})
+    assert outcome.changes["q"].docs == {"a", "c"}
+    assert outcome.touched["q"].grades(DEFAULT_JUDGMENT_SOURCES) == {"a": 3.0, "b": 2.0, "c": 0.0}
 
 
 def test_a_group_is_stored_with_its_figures_by_position_and_read_back_equal() -> None:
@@ -116,14 +149,15 @@ def test_list_and_aggregate_fields_decode_to_what_was_encoded() -> None:
     assert float(state_format.encode_sum(0.1 + 0.2)) == 0.1 + 0.2
 
 
-@pytest.mark.parametrize("found", [None, "1", "2", str(state_format.FORMAT_VERSION)])
+@pytest.mark.parametrize("found", [None, "1", "2", "3", str(state_format.FORMAT_VERSION)])
 def test_todays_format_the_previous_one_and_state_without_a_version_are_read(found: str | None) -> None:
     state_format.check_format(found)
 
 
-@pytest.mark.parametrize("found", ["4", "0", "v1", "", "1,2"])
+@pytest.mark.parametrize("found", ["5", "0", "v1", "", "1,2"])
 def test_another_format_is_refused_saying_what_was_found(found: str) -> None:
-    with pytest.raises(ConfigError, match=f"format version {found!r}, and this release reads versions 1, 2 and 3 only"):
+    with pytest.raises(ConfigError, match=f"format version {found!r}, and this release reads versions 1, 2, 3 and 4 "
+                                          "only"):
         state_format.check_format(found)
 
 
@@ -133,11 +167,11 @@ def test_the_memory_store_records_the_format_and_refuses_another_rebuild_or_not(
     assert store.adopt({"k": [10]}) is False
     assert store.format_version == str(state_format.FORMAT_VERSION)
     # As if a later release had written the state.
-    store.format_version = "4"
+    store.format_version = "5"
     for rebuild in (False, True):
-        with pytest.raises(ConfigError, match="format version '4'"):
+        with pytest.raises(ConfigError, match="format version '5'"):
             store.adopt({"k": [10]}, rebuild=rebuild)
-    assert store.format_version == "4"
+    assert store.format_version == "5"
 
 
 def test_a_query_state_without_fields_is_empty() -> None:

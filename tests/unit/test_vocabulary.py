@@ -38,12 +38,12 @@ def test_stored_names_keep_their_spelling() -> None:
 def test_exported_names_keep_their_spelling() -> None:
     names = {value for name, value in vars(MetricName).items() if name.isupper() and name != "PREFIX"}
     assert names == {f"stream_ndcg_{n}" for n in (
-        "events", "events_rejected", "events_duplicate", "ndcg", "ndcg_numerator", "scored_impressions", "dcg",
-        "dcg_numerator", "judged_ratio", "judged_ratio_numerator", "impressions", "build", "batch_duration_seconds",
-        "batch_events", "judgment_to_metric_seconds", "redis_round_trip_seconds", "consumer_lag",
-        "consumer_held_back_offsets", "assigned_partitions", "backoffs", "offsets_skipped", "fenced_batches",
-        "dead_letters_dropped", "scrape_errors", "ready", "ubi_documents", "ubi_skipped", "ubi_clicks",
-        "ubi_impressions")}
+        "events", "events_rejected", "events_duplicate", "judgments", "judgments_unlisted_source", "ndcg",
+        "ndcg_numerator", "scored_impressions", "dcg", "dcg_numerator", "judged_ratio", "judged_ratio_numerator",
+        "impressions", "build", "batch_duration_seconds", "batch_events", "judgment_to_metric_seconds",
+        "redis_round_trip_seconds", "consumer_lag", "consumer_held_back_offsets", "assigned_partitions", "backoffs",
+        "offsets_skipped", "fenced_batches", "dead_letters_dropped", "scrape_errors", "ready", "ubi_documents",
+        "ubi_skipped", "ubi_clicks", "ubi_impressions")}
     assert total(MetricName.EVENTS) == "stream_ndcg_events_total"
 
 

@@ -508,6 +508,13 @@
     return String(Number(grade.toFixed(2)));
   }
 
+  // Which judgment source a grade is from; the other sources' grades of the document on hover.
+  function sourceCell(source, sourceGrades) {
+    const others = Object.entries(sourceGrades || {})
+      .map(([name, grade]) => name + " " + (grade === null ? "retracted" : gradeText(grade))).join(", ");
+    return el("td", { className: "source", text: source || "", title: others });
+  }
+
   function gradeClass(grade) {
     if (grade === null || grade === undefined) return "unjudged";
     return grade < 0 ? "negative" : "";
@@ -553,7 +560,7 @@
         className: [gradeClass(result.grade), result.rank > maxK ? "beyond-k" : ""].join(" ").trim(),
         dataset: { docId: result.doc_id, rank: String(result.rank) },
       }, [el("td", { className: "num", text: String(result.rank) }), el("td", { className: "id", text: result.doc_id }),
-          gradeCell(result.grade)]));
+          gradeCell(result.grade), sourceCell(result.source)]));
       lists.append(el("div", { className: index < LISTS_SHOWN ? "list-card" : "list-card extra",
                                dataset: { listIndex: String(index) } }, [
         el("div", { className: "list-head" }, [
@@ -563,7 +570,8 @@
         el("div", { className: "small", text: perK }),
         el("table", { className: "grid compact list" }, [
           el("thead", {}, [el("tr", {}, [el("th", { className: "num", text: "rank" }), el("th", { text: "doc" }),
-                                           el("th", { className: "num", text: "grade" })])]),
+                                           el("th", { className: "num", text: "grade" }),
+                                           el("th", { text: "source" })])]),
           el("tbody", {}, rows),
         ]),
       ]));
@@ -573,17 +581,18 @@
       .join(", ") + (answer.ideal === "list" ? " (with ideal=list each list's own ideal DCG counts)" : "");
     const idealHead = clear(document.querySelector("#ideal-ordering thead"));
     idealHead.append(el("tr", {}, [el("th", { className: "num", text: "rank" }), el("th", { text: "doc" }),
-                                    el("th", { className: "num", text: "grade" })]));
+                                    el("th", { className: "num", text: "grade" }), el("th", { text: "source" })]));
     const idealBody = clear(document.querySelector("#ideal-ordering tbody"));
     answer.ideal_ordering.forEach((entry, index) => {
       idealBody.append(el("tr", { className: gradeClass(entry.grade), dataset: { docId: entry.doc_id } }, [
         el("td", { className: "num", text: String(index + 1) }), el("td", { className: "id", text: entry.doc_id }),
-        gradeCell(entry.grade)]));
+        gradeCell(entry.grade), sourceCell(entry.source, entry.source_grades)]));
     });
 
     const historyHead = clear(document.querySelector("#judgment-history thead"));
     historyHead.append(el("tr", {}, [el("th", { text: "doc" }), el("th", { text: "time" }),
-                                      el("th", { text: "event" }), el("th", { className: "num", text: "grade" })]));
+                                      el("th", { text: "event" }), el("th", { className: "num", text: "grade" }),
+                                      el("th", { text: "source" })]));
     const historyBody = clear(document.querySelector("#judgment-history tbody"));
     for (const [docId, entries] of Object.entries(answer.judgments)) {
       entries.forEach((entry, index) => {
@@ -593,11 +602,12 @@
           dataset: { docId },
         }, [el("td", { className: "id", text: index === 0 ? docId : "" }), el("td", { text: time(entry.ts) }),
             el("td", { className: "id", text: entry.event_id }),
-            el("td", { className: "num grade", text: retracted ? "retracted" : gradeText(entry.grade) })]));
+            el("td", { className: "num grade", text: retracted ? "retracted" : gradeText(entry.grade) }),
+            sourceCell(entry.source)]));
       });
     }
     if (Object.keys(answer.judgments).length === 0) {
-      historyBody.append(el("tr", {}, [el("td", { colSpan: 4, className: "empty", text: "no judgments" })]));
+      historyBody.append(el("tr", {}, [el("td", { colSpan: 5, className: "empty", text: "no judgments" })]));
     }
   }
 
