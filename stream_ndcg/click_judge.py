@@ -190,6 +190,10 @@ class ClickJudge:
         self.emitted += len(emitted)
         return emitted
 
+    def count(self, name: str) -> None:
+        """Count an event the judge does not take in (`vocabulary`'s keys: a judgment, a rejection)."""
+        self.sessions.counts[name] += 1
+
     def _count_final(self, clock_ms: int) -> None:
         for final in self.sessions.final_before(clock_ms):
             self.stats.add(final, self.bucket_of(final.ts))
