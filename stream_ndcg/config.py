@@ -219,9 +219,6 @@ class Settings:
     click_thresholds: tuple[float, ...] = setting(
         (), "three ascending scores, the least scores of grades 1, 2 and 3", values.thresholds, metavar="T1,T2,T3",
         shown_default="(coec 0.5,1,2; sdbn 0.1,0.3,0.6)")
-    judgments_topic: str = setting(
-        "click-judgments", "topic judge publishes its judgments to, and reads nothing from (add it to run's topics)",
-        values.topic, metavar="TOPIC")
     judge_group_id: str = setting("stream-ndcg-judge", "judge's Kafka consumer group (run's is group_id)", values.word,
                                   metavar="GROUP")
     judge_idle: int = setting(
@@ -264,8 +261,6 @@ class Settings:
             if not self.sasl_username or not self.sasl_password:
                 raise SettingError("sasl_password" if self.sasl_username else "sasl_username",
                                    f"{self.security_protocol} needs sasl_username and sasl_password")
-        if self.dead_letter_topic and self.judgments_topic == self.dead_letter_topic:
-            raise SettingError("judgments_topic", f"{self.judgments_topic!r} is the dead-letter topic")
         if self.dead_letter_topic and self.dead_letter_topic in self.topics:
             raise SettingError("dead_letter_topic", f"{self.dead_letter_topic!r} is an input topic: "
                                "dead letters need a topic of their own")

@@ -15,8 +15,9 @@ with every batch. The commit order of each cycle:
    `idle_ms` closes the boundary another partition waits at (see docs/click-judgments.md);
 3. every partition's changes, next offset, outbox additions and closed rank counts are
    committed, one atomic fenced script each (`JudgeStore.commit`);
-4. only then the outbox is published (acks from all in-sync replicas, idempotent producer),
-   and dropped from the store once the brokers have it.
+4. only then the outbox is published to the partition the judgments were derived from (acks
+   from all in-sync replicas, idempotent producer), and dropped from the store once the
+   brokers have it.
 
 A crash before 3 loses nothing (the records are read again); after 3 and before 4 the next
 holder publishes the stored outbox; after 4 and before its drop, the same events go out again
@@ -53,9 +54,9 @@ logger = logging.getLogger(__name__)
 
 
 class Publisher(Protocol):
-    def publish(self, messages: Sequence[bytes]) -> None:
-        """Send judgment events (JSON), keyed by their query id, and wait until the brokers have
-        them all; BrokerUnavailable if not."""
+    def publish(self, partition: Partition, messages: Sequence[bytes]) -> None:
+        """Send judgment events (JSON) to `partition`, keyed by their query id, and wait until the
+        brokers have them all; BrokerUnavailable if not."""
         ...
 
     def close(self) -> None: ...
@@ -366,7 +367,7 @@ class JudgeProcessor:
         for partition, held in sorted(self.held.items()):
             if not held.outbox:
                 continue
-            self.publisher.publish(held.outbox)
+            self.publisher.publish(partition, held.outbox)
             sent = len(held.outbox)
             try:
                 self.store.published(partition.name, self.ownership.claim(partition).epoch, sent)

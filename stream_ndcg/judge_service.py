@@ -1,9 +1,11 @@
 """`stream-ndcg judge`: builds the judge's store, source, publisher, exporter and loop from
 settings, and runs them (`judge_loop.JudgeProcessor` is the loop).
 
-The judge reads every topic of `topics` except `judgments_topic`, as a consumer group of its own
-(`judge_group_id`), keeps its state under the namespace of `run` (`{ns}:judge:...`), and
-publishes to `judgments_topic`, which `run` reads when it is among its topics.
+The judge reads `topics` as a consumer group of its own (`judge_group_id`), keeps its state under
+the namespace of `run` (`{ns}:judge:...`), and publishes each judgment back to the topic and
+partition it was derived from: `run` keeps a query's state with the input partition its events
+come from, so a judgment must reach `run` on its query's partition of the same topic (the judge
+reads its own judgments there, and counts them as judgments it does not use).
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from prometheus_client import CollectorRegistry
 
 from stream_ndcg import wiring
 from stream_ndcg.config import Settings
-from stream_ndcg.errors import BrokerUnavailable, ConfigError
+from stream_ndcg.errors import BrokerUnavailable
 from stream_ndcg.exporter import Exporter
 from stream_ndcg.judge_loop import JudgeOptions, JudgeProcessor
 from stream_ndcg.judge_metrics import JudgeCollector
+from stream_ndcg.source.base import Partition
 from stream_ndcg.source.kafka import KafkaSource, consumer_options
 from stream_ndcg.state.judge_redis import RedisJudgeStore
 from stream_ndcg.state.redis_reads import connect
@@ -33,13 +36,12 @@ logger = logging.getLogger(__name__)
 
 
 class KafkaPublisher:
-    """Publishes judgment events to a topic, keyed by their query id, with acks from every in-sync
-    replica and the idempotent producer (a retried send is not written twice)."""
+    """Publishes judgment events keyed by their query id, with acks from every in-sync replica and
+    the idempotent producer (a retried send is not written twice)."""
 
-    def __init__(self, connect_producer: Callable[[], KafkaProducer], topic: str) -> None:
+    def __init__(self, connect_producer: Callable[[], KafkaProducer]) -> None:
         self._connect = connect_producer
         self._producer: KafkaProducer | None = None
-        self.topic = topic
 
     @property
     def producer(self) -> KafkaProducer:
@@ -51,16 +53,16 @@ class KafkaPublisher:
                 raise BrokerUnavailable(f"judgments producer cannot connect: {type(exc).__name__}") from exc
         return self._producer
 
-    def publish(self, messages: Sequence[bytes]) -> None:
+    def publish(self, partition: Partition, messages: Sequence[bytes]) -> None:
         try:
-            futures = [self.producer.send(self.topic, key=orjson.loads(m)["query_id"].encode(), value=m)
-                       for m in messages]
+            futures = [self.producer.send(partition.topic, key=orjson.loads(m)["query_id"].encode(), value=m,
+                                          partition=partition.partition) for m in messages]
             self.producer.flush(timeout=30)
         except KafkaError as exc:
-            raise BrokerUnavailable(f"judgments topic {self.topic} unreachable: {exc}") from exc
+            raise BrokerUnavailable(f"judgments not published to {partition.name}: {exc}") from exc
         failed = [future for future in futures if not future.succeeded()]
         if failed:
-            raise BrokerUnavailable(f"{len(failed)} judgment(s) not acknowledged by {self.topic}")
+            raise BrokerUnavailable(f"{len(failed)} judgment(s) not acknowledged by {partition.name}")
 
     def close(self) -> None:
         if self._producer is not None:
@@ -68,19 +70,7 @@ class KafkaPublisher:
             self._producer = None
 
 
-def input_topics(settings: Settings) -> tuple[str, ...]:
-    """The topics judge reads: `topics` without the judgments topic; ConfigError if none is left."""
-    if not settings.judgments_topic:
-        raise ConfigError("setting judgments_topic: judge needs a topic to publish its judgments to")
-    topics = tuple(t for t in settings.topics if t != settings.judgments_topic)
-    if not topics:
-        raise ConfigError(f"setting topics: {','.join(settings.topics)} holds only the judgments topic "
-                          f"({settings.judgments_topic}): judge needs a topic of impressions and clicks")
-    return topics
-
-
 def build(settings: Settings, registry: CollectorRegistry | None = None) -> tuple[JudgeProcessor, Exporter]:
-    topics = input_topics(settings)
     store = RedisJudgeStore(lambda: connect(settings.redis_url, cluster=settings.redis_cluster,
                                             ca_file=settings.redis_ca_file, sentinels=settings.redis_sentinels,
                                             master=settings.redis_sentinel_master),
@@ -93,8 +83,8 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
                                auto_offset_reset=settings.auto_offset_reset, batch_size=settings.batch_size,
                                max_message_bytes=settings.max_message_bytes)
     producer_options: dict[str, Any] = dict(kafka_options, acks="all", enable_idempotence=True, linger_ms=5)
-    publisher = KafkaPublisher(lambda: KafkaProducer(**producer_options), settings.judgments_topic)
-    judge_options = JudgeOptions(topics=topics, linger_ms=settings.linger, batch_size=settings.batch_size,
+    publisher = KafkaPublisher(lambda: KafkaProducer(**producer_options))
+    judge_options = JudgeOptions(topics=settings.topics, linger_ms=settings.linger, batch_size=settings.batch_size,
                                  start_from="earliest" if settings.auto_offset_reset == "earliest" else "latest",
                                  idle_ms=settings.judge_idle, checks=wiring.record_checks(settings))
     processor = JudgeProcessor(KafkaSource(lambda: KafkaConsumer(**options)), store, publisher, exporter,

@@ -19,6 +19,7 @@ from stream_ndcg.exporter import Exporter
 from stream_ndcg.judge_loop import JudgeOptions, JudgeProcessor
 from stream_ndcg.judge_metrics import JudgeCollector
 from stream_ndcg.pipeline import RecordChecks
+from stream_ndcg.source.base import Partition
 from stream_ndcg.source.local import LocalSource
 from stream_ndcg.state.judge_store import MemoryJudgeStore
 
@@ -29,11 +30,16 @@ SETTINGS = JudgeSettings(Grading("coec", min_impressions=3), horizon_ms=60 * MIN
 
 
 class ListPublisher:
-    def __init__(self) -> None:
+    """Keeps what is published, and checks that each judgment goes to its query's partition."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
         self.sent: list[dict[str, Any]] = []
 
-    def publish(self, messages: Sequence[bytes]) -> None:
-        self.sent.extend(orjson.loads(m) for m in messages)
+    def publish(self, partition: Partition, messages: Sequence[bytes]) -> None:
+        for message in map(orjson.loads, messages):
+            assert partition == Partition(TOPIC, zlib.crc32(message["query_id"].encode()) % self.partitions)
+            self.sent.append(message)
 
     def close(self) -> None:
         return None
@@ -96,7 +102,7 @@ def run_until_quiet(made: JudgeProcessor, publisher: ListPublisher, rounds: int 
 def test_several_partitions_publish_what_one_judge_of_the_whole_stream_decides() -> None:
     messages = clicks_in_time_order()
     for grading in (Grading("coec", min_impressions=3), Grading("sdbn", min_impressions=3)):
-        source, store, publisher = LocalSource({TOPIC: 3}), MemoryJudgeStore(), ListPublisher()
+        source, store, publisher = LocalSource({TOPIC: 3}), MemoryJudgeStore(), ListPublisher(3)
         fill(source, messages, 3)
         run_until_quiet(processor(source, store, publisher, grading), publisher)
         want = expected(messages, grading)
@@ -107,7 +113,7 @@ def test_several_partitions_publish_what_one_judge_of_the_whole_stream_decides()
 def test_an_instance_replaced_mid_stream_publishes_the_same_judgments() -> None:
     messages = clicks_in_time_order(seed=6)
     grading = Grading("coec", min_impressions=3)
-    source, store, publisher = LocalSource({TOPIC: 4}), MemoryJudgeStore(), ListPublisher()
+    source, store, publisher = LocalSource({TOPIC: 4}), MemoryJudgeStore(), ListPublisher(4)
     fill(source, messages, 4)
     first = processor(source, store, publisher, grading)
     for _ in range(15):
