@@ -22,8 +22,10 @@ partitions interleave, so a service decides B in two steps: each partition
 `close`s B once its own clock has passed it, then, once every partition has,
 the rank counts of all (`ClickCounts.rank_counts`, summed with
 `click_models.summed`) go to each partition's `emit`. A partition that gets no
-events holds every boundary back; the service must say when an idle partition
-counts as past B. One stream alone (`add`) is one partition and decides B at once.
+events would hold every boundary back: `judge_boundaries` says when an idle
+partition counts as past B. One stream alone (`add`) is one partition and decides
+B at once. `state`, `changes` and `from_state` give the judge's state as plain
+data and make a judge of it again (`click_state`).
 
     judge = ClickJudge(JudgeSettings(Grading("coec", min_impressions=20)))
     for event in events:                 # Impression and Click events, in arrival order

@@ -5,6 +5,7 @@ replay's nDCG, to 1e-9 (event clock)."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -100,10 +101,14 @@ def test_judge_killed_mid_stream_and_run_on_its_judgments_equal_the_replay(
     judge.kill()
     judge.start()
     sender.join()
+    wait_until(lambda: re.search(r"resuming at offset \d+", judge.logs()), 30,
+               lambda: f"judge resuming mid-stream\n{judge.logs()[-3000:]}")
     got, raw = published(kafka.bootstrap, topic, len(decided))
     assert got == sorted(decided, key=lambda m: (m["ts"], m["query_id"], m["doc_id"]))
-    assert own_sample(judge, "stream_ndcg_judge_graded_pairs") == 0  # labelled by grade: no unlabelled sample
     samples = judge.scrape()
+    graded = {dict(labels)["grade"]: n for (name, labels), n in samples.items()
+              if name == "stream_ndcg_judge_graded_pairs"}
+    assert graded == summary["click_judgments"]["graded"]
     assert samples[("stream_ndcg_judge_events_total", (("type", "click"),))] == summary["click_judgments"][
         "events"]["click"]
     assert any(name == "stream_ndcg_judge_ctr" for name, _ in samples)
