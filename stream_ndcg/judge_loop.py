@@ -231,7 +231,15 @@ class JudgeProcessor:
             epoch = self.store.claim(partition.name)
             loaded = self.store.load(partition.name)
             judge = ClickJudge.from_state(self.settings, loaded.state)
-            self.source.seek(partition, loaded.offset, self.options.start_from)
+            offset = loaded.offset
+            if offset is not None and offset < (start := self.source.log_start(partition)):
+                # Deleted before they were read (retention): judged without them, and counted.
+                self.exporter.offsets_skipped.labels(topic=partition.topic,
+                                                     partition=str(partition.partition)).inc(start - offset)
+                logger.warning("%s: offsets %d to %d were deleted from Kafka before they were read; their "
+                               "impressions and clicks are not counted", partition.name, offset, start - 1)
+                offset = start
+            self.source.seek(partition, offset, self.options.start_from)
             self.ownership.claimed(partition, epoch, loaded.offset)
             self.held[partition] = _Held(judge, outbox=list(loaded.outbox))
             logger.info("claimed %s (epoch %s), resuming at offset %s with %d judgment(s) to publish", partition.name,

@@ -124,3 +124,41 @@ def test_an_instance_replaced_mid_stream_publishes_the_same_judgments() -> None:
     want = sorted(expected(messages, grading), key=lambda m: (m["ts"], m["query_id"], m["doc_id"]))
     assert deduplicated(publisher.sent) == want
     assert store.figures()
+
+
+def test_two_instances_sharing_the_partitions_publish_what_one_judge_decides() -> None:
+    """The boundaries are decided across instances, through the store: each instance holds two of
+    four partitions and sums the rank counts the other's partitions closed the boundary with."""
+    messages = clicks_in_time_order(seed=7)
+    grading = Grading("coec", min_impressions=3)
+    store, publisher = MemoryJudgeStore(), ListPublisher(4)
+    instances = []
+    for held in ((0, 2), (1, 3)):
+        source = LocalSource({TOPIC: 4})
+        fill(source, messages, 4)
+        source.assign([Partition(TOPIC, n) for n in held])
+        instances.append(processor(source, store, publisher, grading))
+    quiet = 0
+    while quiet < 20:
+        before = len(publisher.sent), sorted(store.figures().items())
+        for made in instances:
+            made.run_once()
+        quiet = quiet + 1 if (len(publisher.sent), sorted(store.figures().items())) == before else 0
+    want = sorted(expected(messages, grading), key=lambda m: (m["ts"], m["query_id"], m["doc_id"]))
+    assert deduplicated(publisher.sent) == want
+
+
+def test_records_deleted_before_they_were_read_are_skipped_and_counted() -> None:
+    messages = clicks_in_time_order(seed=8)
+    grading = Grading("coec", min_impressions=3)
+    source, store, publisher = LocalSource({TOPIC: 1}), MemoryJudgeStore(), ListPublisher(1)
+    fill(source, messages[:100], 1)
+    first = processor(source, store, publisher, grading)
+    run_until_quiet(first, publisher)
+    fill(source, messages[100:], 1)
+    source.delete_records(TOPIC, 0, 150)
+    second = processor(source, store, publisher, grading)
+    run_until_quiet(second, publisher)
+    assert second.exporter.registry.get_sample_value("stream_ndcg_offsets_skipped_total",
+                                                     {"topic": TOPIC, "partition": "0"}) == 50
+    assert store.load(f"{TOPIC}:0").offset == len(messages)
