@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import redis
 
 from stream_ndcg.devtools.redis_servers import RedisServer
 from stream_ndcg.errors import ConfigError
@@ -24,6 +25,9 @@ class TestRedisJudgeStore(JudgeStoreContract):
         server = request.getfixturevalue("redis_cluster" if cluster else "redis_server")
         client = connect(server.url, cluster=cluster)
         yield RedisJudgeStore(client, namespace=f"j-{uuid.uuid4().hex[:8]}")
+        if isinstance(client, redis.RedisCluster):
+            # close() leaves the nodes' pooled connections open, for the collector to find.
+            client.disconnect_connection_pools()
         client.close()
 
 
