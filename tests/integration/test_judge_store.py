@@ -27,7 +27,7 @@ class TestRedisJudgeStore(JudgeStoreContract):
         yield RedisJudgeStore(client, namespace=f"j-{uuid.uuid4().hex[:8]}")
         if isinstance(client, redis.RedisCluster):
             # close() leaves the nodes' pooled connections open, for the collector to find.
-            client.disconnect_connection_pools()
+            client.disconnect_connection_pools()  # type: ignore[no-untyped-call]
         client.close()
 
 
