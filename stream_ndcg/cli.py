@@ -1,4 +1,4 @@
-"""The `stream-ndcg` command: replay, run, ubi-bridge, check-config and dev."""
+"""The `stream-ndcg` command: replay, run, judge, ubi-bridge, check-config and dev."""
 
 from __future__ import annotations
 
@@ -176,6 +176,14 @@ def cmd_ubi_bridge(args: argparse.Namespace) -> int:
     return ubi_bridge.run(settings)
 
 
+def cmd_judge(args: argparse.Namespace) -> int:
+    from stream_ndcg import judge_service
+
+    settings = _settings(args)
+    _configure_logging(settings)
+    return judge_service.run(settings)
+
+
 def cmd_check_config(args: argparse.Namespace) -> int:
     settings = _settings(args)
     json.dump(settings.masked(), sys.stdout, indent=2)
@@ -295,7 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_click_flags(replay)
     replay.set_defaults(handler=cmd_replay)
 
+    handlers = {"run": cmd_run, "judge": cmd_judge, "check-config": cmd_check_config}
     for name, help_text in (("run", "consume from Kafka, keep state in Redis, serve Prometheus metrics"),
+                            ("judge", "derive judgments from impressions and clicks, publish them to a topic for run"),
                             ("check-config", "validate and print the effective configuration, secrets masked")):
         command = sub.add_parser(name, help=help_text)
         command.add_argument("--config", metavar="FILE.toml",
@@ -306,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  help="also reach Kafka and Redis with these settings: check the topics and "
                                       "their partitions, and exit 1 if something is unreachable or missing")
         _add_setting_flags(command, Settings.names())
-        command.set_defaults(handler=cmd_run if name == "run" else cmd_check_config)
+        command.set_defaults(handler=handlers[name])
         if name == "check-config":
             command.add_argument("--state", action="store_true",
                                  help="also read the metric configuration stored in Redis (redis_url, namespace) "

@@ -22,8 +22,10 @@ partitions interleave, so a service decides B in two steps: each partition
 `close`s B once its own clock has passed it, then, once every partition has,
 the rank counts of all (`ClickCounts.rank_counts`, summed with
 `click_models.summed`) go to each partition's `emit`. A partition that gets no
-events holds every boundary back; the service must say when an idle partition
-counts as past B. One stream alone (`add`) is one partition and decides B at once.
+events would hold every boundary back: `judge_boundaries` says when an idle
+partition counts as past B. One stream alone (`add`) is one partition and decides
+B at once. `state`, `changes` and `from_state` give the judge's state as plain
+data and make a judge of it again (`click_state`).
 
     judge = ClickJudge(JudgeSettings(Grading("coec", min_impressions=20)))
     for event in events:                 # Impression and Click events, in arrival order
@@ -39,6 +41,7 @@ from typing import Any, NamedTuple
 
 from stream_ndcg.click_models import ClickCounts, Evidence, Grading, Pair, RankCounts
 from stream_ndcg.click_sessions import Sessions
+from stream_ndcg.click_state import JudgeState
 from stream_ndcg.events import Click, Impression, Judgment
 from stream_ndcg.windows import oldest_kept_bucket
 
@@ -95,8 +98,12 @@ class ClickJudge:
                                  dedup_ms=settings.dedup_ms, oldest_bucket=self.oldest_bucket,
                                  bucket_of=self.bucket_of)
         self.clock_ms: int | None = None
+        # The last boundary closed (`close`): past the clock while it waits for `emit`.
+        self.closed: int | None = None
         # The grade each pair was last given (pairs without one, or retracted, are absent).
         self.graded: dict[Pair, float] = {}
+        # The pairs whose grade changed since `changes`.
+        self._touched_grades: set[Pair] = set()
         self.boundaries = 0
         self.emitted = 0
         # Whether the counts changed since the last boundary emitted: if not, its grades stand.
@@ -131,29 +138,42 @@ class ClickJudge:
         if to_ms <= self.clock_ms:
             return []
         emitted: list[ClickJudgment] = []
-        interval = self.settings.interval_ms
-        boundary = (self.clock_ms // interval + 1) * interval
-        while boundary <= to_ms:
+        while (boundary := self.due(to_ms)) is not None:
             self.close(boundary)
             emitted.extend(self.emit(boundary))
-            boundary += interval
         self.clock_ms = to_ms
         # Sessions that ended before the new clock are counted now (the next boundary would count
         # them anyway), so that held clicks stop waiting when their time is up.
         self._count_final(to_ms)
         return emitted
 
+    def due(self, to_ms: int) -> int | None:
+        """The first boundary the clock would pass moving to `to_ms`, not decided yet (None: none)."""
+        if self.clock_ms is None:
+            return None
+        interval = self.settings.interval_ms
+        boundary = (self.clock_ms // interval + 1) * interval
+        return boundary if boundary <= to_ms else None
+
+    def next_boundary(self) -> int | None:
+        """The first boundary not decided yet (None before any event)."""
+        return None if self.clock_ms is None else (self.clock_ms // self.settings.interval_ms + 1) * \
+            self.settings.interval_ms
+
     def close(self, boundary: int) -> None:
         """The counts as boundary `boundary` sees them: the sessions ended before it counted,
         the buckets behind its horizon forgotten."""
+        self.closed = boundary
         self._count_final(boundary)
         if self.stats.forget_before(self.oldest_bucket(boundary)):
             self._changed = True
 
     def emit(self, boundary: int, ctr: RankCounts | None = None) -> list[ClickJudgment]:
         """The judgments of `boundary` for the pairs whose grade changed, after `close`. `ctr`:
-        the rank counts of every partition over the horizon's buckets (None: this stream's own)."""
+        the rank counts of every partition over the horizon's buckets (None: this stream's own).
+        The clock moves to the boundary: it is decided."""
         self.boundaries += 1
+        self.clock_ms = boundary if self.clock_ms is None else max(self.clock_ms, boundary)
         if ctr is None and not self._changed:
             return []
         self._changed = False
@@ -166,15 +186,56 @@ class ClickJudge:
                 del self.graded[pair]
             else:
                 self.graded[pair] = grade
+            self._touched_grades.add(pair)
             emitted.append(ClickJudgment(pair[0], pair[1], grade, boundary, f"{self.model}@{boundary}", self.model,
                                          evidence))
         self.emitted += len(emitted)
         return emitted
 
+    def count(self, name: str) -> None:
+        """Count an event the judge does not take in (`vocabulary`'s keys: a judgment, a rejection)."""
+        self.sessions.counts[name] += 1
+
     def _count_final(self, clock_ms: int) -> None:
         for final in self.sessions.final_before(clock_ms):
             self.stats.add(final, self.bucket_of(final.ts))
             self._changed = True
+
+    def state(self) -> JudgeState:
+        """The whole state as plain data (`click_state`); `from_state` makes a judge of it again."""
+        sessions, held = self.sessions.states()
+        ranks, pairs = self.stats.states()
+        return JudgeState(self._meta(), sessions, held, ranks, pairs, dict(self.graded))
+
+    def changes(self) -> JudgeState:
+        """What changed since the last call (or since the judge was made), as plain data: the
+        scalars whole, the rest by key, a removal as None."""
+        touched, touched_held = self.sessions.take_touched()
+        ranks, pairs, forgotten = self.stats.take_touched()
+        grades, self._touched_grades = self._touched_grades, set()
+        return JudgeState(
+            self._meta(), {i: self.sessions.session_state(i) for i in touched},
+            {i: self.sessions.held_state(i) for i in touched_held}, {b: self.stats.rank_state(b) for b in ranks},
+            {(b, pair): self.stats.pair_state(b, pair) for b, pair in pairs if b in self.stats.ranks},
+            {pair: self.graded.get(pair) for pair in grades}, forgotten)
+
+    @classmethod
+    def from_state(cls, settings: JudgeSettings, state: JudgeState) -> ClickJudge:
+        """A judge that goes on as the one whose `state` (or state merged with its changes) was saved."""
+        judge = cls(settings)
+        meta = state.meta
+        if meta:
+            judge.clock_ms, judge.closed = meta["clock_ms"], meta["closed"]
+            judge.boundaries, judge.emitted, judge._changed = meta["boundaries"], meta["emitted"], meta["changed"]
+            judge.sessions.restore(state.sessions, state.held, meta["serial"], meta["counts"])
+        judge.stats.restore(state.ranks, state.pairs)
+        judge.graded = {pair: grade for pair, grade in state.graded.items() if grade is not None}
+        return judge
+
+    def _meta(self) -> dict[str, Any]:
+        return {"clock_ms": self.clock_ms, "closed": self.closed, "boundaries": self.boundaries,
+                "emitted": self.emitted, "changed": self._changed, "serial": self.sessions.serial,
+                "counts": dict(self.sessions.counts)}
 
     def summary(self) -> dict[str, Any]:
         """What the judge did, for people: its model, boundaries, judgments, grades and counts."""

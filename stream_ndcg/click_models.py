@@ -54,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Literal
+from typing import Any, Literal
 
 from stream_ndcg.click_sessions import FinalImpression
 from stream_ndcg.metric import MAX_ABS_GRADE
@@ -171,12 +171,18 @@ class ClickCounts:
         self.ranks: dict[int, RankCounts] = {}
         # pair -> bucket -> counts.
         self.pairs: dict[Pair, dict[int, PairCounts]] = {}
+        # What changed since `take_touched` (`click_state`): the buckets of rank counts, the
+        # (bucket, pair) counts, and the buckets forgotten.
+        self.touched_ranks: set[int] = set()
+        self.touched_pairs: set[tuple[int, Pair]] = set()
+        self.forgotten: set[int] = set()
 
     def add(self, impression: FinalImpression, bucket: int) -> None:
         """Count one impression whose clicks are final in `bucket` (its own time's)."""
         ranks = self.ranks.get(bucket)
         if ranks is None:
             ranks = self.ranks[bucket] = RankCounts.empty(self.max_rank)
+        self.touched_ranks.add(bucket)
         clicked = impression.clicked
         last = max(clicked) if clicked else self.max_rank
         for rank, doc in impression.ranks:
@@ -187,6 +193,7 @@ class ClickCounts:
             counts = by_bucket.get(bucket)
             if counts is None:
                 counts = by_bucket[bucket] = PairCounts()
+            self.touched_pairs.add((bucket, (impression.query_id, doc)))
             counts.impressions += 1
             counts.by_rank[rank] = counts.by_rank.get(rank, 0) + 1
             if rank <= last:
@@ -202,6 +209,8 @@ class ClickCounts:
         old = [b for b in self.ranks if b < bucket]
         for b in old:
             del self.ranks[b]
+        self.touched_ranks.update(old)
+        self.forgotten.update(old)
         if old:
             for pair in list(self.pairs):
                 by_bucket = self.pairs[pair]
@@ -245,6 +254,47 @@ class ClickCounts:
             if grade != previous.get(pair):
                 changed.append((pair, grade, evidence))
         return changed
+
+
+    # -- plain data (`click_state`) -------------------------------------------
+
+    def rank_state(self, bucket: int) -> list[list[int]] | None:
+        """A bucket's rank counts as plain data, [shown, clicked]; None if it has none."""
+        counts = self.ranks.get(bucket)
+        return None if counts is None else [list(counts.shown), list(counts.clicked)]
+
+    def pair_state(self, bucket: int, pair: Pair) -> list[Any] | None:
+        """A pair's counts in a bucket as plain data: [impressions, clicks, examinations, last clicks,
+        [[rank, impressions], ...]]; None if it has none."""
+        counts = self.pairs.get(pair, {}).get(bucket)
+        if counts is None:
+            return None
+        return [counts.impressions, counts.clicks, counts.examinations, counts.last_clicks,
+                sorted([rank, n] for rank, n in counts.by_rank.items())]
+
+    def states(self) -> tuple[dict[int, list[list[int]] | None], dict[tuple[int, Pair], list[Any] | None]]:
+        """Every bucket's rank counts and every (bucket, pair)'s counts, as plain data."""
+        return ({b: self.rank_state(b) for b in self.ranks},
+                {(b, pair): self.pair_state(b, pair) for pair, by_bucket in self.pairs.items() for b in by_bucket})
+
+    def restore(self, ranks: Mapping[int, list[list[int]] | None], pairs: Mapping[tuple[int, Pair], list[Any] | None],
+                ) -> None:
+        """Take the counts `states` gave into these empty counts."""
+        for bucket, plain in ranks.items():
+            if plain is not None:
+                self.ranks[bucket] = RankCounts(list(plain[0]), list(plain[1]))
+        for (bucket, pair), counts in pairs.items():
+            if counts is not None:
+                impressions, clicks, examinations, last_clicks, by_rank = counts
+                self.pairs.setdefault(pair, {})[bucket] = PairCounts(impressions, clicks, {r: n for r, n in by_rank},
+                                                                     examinations, last_clicks)
+
+    def take_touched(self) -> tuple[set[int], set[tuple[int, Pair]], set[int]]:
+        """The buckets of rank counts, the (bucket, pair) counts and the buckets forgotten since the
+        last call."""
+        touched = self.touched_ranks, self.touched_pairs, self.forgotten
+        self.touched_ranks, self.touched_pairs, self.forgotten = set(), set(), set()
+        return touched
 
 
 def summed(parts: Iterable[RankCounts], max_rank: int) -> RankCounts:

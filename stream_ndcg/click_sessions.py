@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from stream_ndcg.events import Click, Impression
 from stream_ndcg.vocabulary import (
@@ -114,6 +114,10 @@ class Sessions:
         self._serial = 0
         self.held = 0
         self.open = 0
+        # The impression ids whose session, or whose held clicks, changed since `take_touched`: what
+        # a store writes again (`click_state`).
+        self.touched: set[str] = set()
+        self.touched_held: set[str] = set()
 
     def impression(self, event: Impression, clock_ms: int) -> None:
         """Take an impression in at `clock_ms` (the clock already moved to its time if later)."""
@@ -122,11 +126,14 @@ class Sessions:
             return
         held = self._held.pop(event.impression_id, [])
         self.held -= len(held)
+        if held:
+            self.touched_held.add(event.impression_id)
         if self.bucket_of(event.ts) < self.oldest_bucket(clock_ms):
             self.counts[rejected(TOO_OLD)] += 1 + len(held)
             return
         self.counts[IMPRESSION] += 1
         session = self._sessions[event.impression_id] = _Session(event, clock_ms)
+        self.touched.add(event.impression_id)
         self.open += 1
         heapq.heappush(self._ending, (event.ts + self.session_ms, event.impression_id))
         heapq.heappush(self._forgetting, (self._forget_at(session), event.impression_id))
@@ -139,6 +146,7 @@ class Sessions:
         if session is None:
             self._serial += 1
             self._held.setdefault(event.impression_id, []).append((self._serial, event))
+            self.touched_held.add(event.impression_id)
             heapq.heappush(self._waits, (event.ts + self.session_ms, self._serial, event.impression_id))
             self.held += 1
             return
@@ -160,6 +168,7 @@ class Sessions:
             self.counts[duplicate(CLICK)] += 1
         else:
             session.clicked.add(event.doc_id)
+            self.touched.add(session.impression.impression_id)
             self.counts[CLICK] += 1
 
     @staticmethod
@@ -179,16 +188,20 @@ class Sessions:
             _, impression_id = heapq.heappop(self._ending)
             session = self._sessions[impression_id]
             session.final = True
+            self.touched.add(impression_id)
             self.open -= 1
             final.append(self._final(session))
         # Forgotten at or after its end (`_forget_at`), so a session forgotten here is final.
         while self._forgetting and self._forgetting[0][0] < clock_ms:
-            del self._sessions[heapq.heappop(self._forgetting)[1]]
+            forgotten = heapq.heappop(self._forgetting)[1]
+            del self._sessions[forgotten]
+            self.touched.add(forgotten)
         while self._waits and self._waits[0][0] < clock_ms:
             _, serial, impression_id = heapq.heappop(self._waits)
             held = self._held.get(impression_id, [])
             waiting = [(number, click) for number, click in held if number != serial]
             if len(waiting) < len(held):
+                self.touched_held.add(impression_id)
                 self.counts[rejected(UNKNOWN_IMPRESSION)] += 1
                 self.held -= 1
                 if waiting:
@@ -208,3 +221,67 @@ class Sessions:
         ranks = tuple((rank, doc) for doc, rank in first.items())
         clicked = frozenset(rank for rank, doc in ranks if doc in session.clicked)
         return FinalImpression(impression.impression_id, impression.query_id, impression.ts, ranks, clicked)
+
+    # -- plain data (`click_state`) -------------------------------------------
+
+    @property
+    def serial(self) -> int:
+        """The serial number of the last click held."""
+        return self._serial
+
+    def session_state(self, impression_id: str) -> list[Any] | None:
+        """An impression's session as plain data: [query, time, results, segment, event id, accepted
+        at, documents clicked, final]; None if none is remembered."""
+        session = self._sessions.get(impression_id)
+        if session is None:
+            return None
+        impression = session.impression
+        return [impression.query_id, impression.ts, list(impression.results), [list(s) for s in impression.segment],
+                impression.event_id, session.accepted_ms, sorted(session.clicked), session.final]
+
+    def held_state(self, impression_id: str) -> list[Any] | None:
+        """The clicks held for an impression as plain data: [[serial, query, document, time, event id]...]."""
+        held = self._held.get(impression_id)
+        if not held:
+            return None
+        return [[serial, click.query_id, click.doc_id, click.ts, click.event_id] for serial, click in held]
+
+    def states(self) -> tuple[dict[str, list[Any] | None], dict[str, list[Any] | None]]:
+        """Every session and every impression's held clicks, as plain data."""
+        return ({i: self.session_state(i) for i in self._sessions}, {i: self.held_state(i) for i in self._held})
+
+    def restore(self, sessions: Mapping[str, list[Any] | None], held: Mapping[str, list[Any] | None],
+                serial: int, counts: Mapping[str, int]) -> None:
+        """Take the state `states` gave (with `serial` and `counts`) into these empty sessions. The
+        heaps are built again from it: they order by (time, id) and (time, serial), so they pop as
+        the saved ones would have."""
+        self._serial = serial
+        self.counts.update(counts)
+        for impression_id, plain in sessions.items():
+            if plain is None:
+                continue
+            query_id, ts, results, segment, event_id, accepted_ms, clicked, final = plain
+            event = Impression(impression_id, query_id, ts, tuple(results), tuple((k, v) for k, v in segment),
+                               event_id)
+            session = self._sessions[impression_id] = _Session(event, accepted_ms, set(clicked), final)
+            self._forgetting.append((self._forget_at(session), impression_id))
+            if not final:
+                self._ending.append((ts + self.session_ms, impression_id))
+                self.open += 1
+        for impression_id, clicks in held.items():
+            if not clicks:
+                continue
+            waiting = self._held[impression_id] = []
+            for number, query_id, doc_id, ts, event_id in clicks:
+                waiting.append((number, Click(impression_id, query_id, doc_id, ts, event_id)))
+                self._waits.append((ts + self.session_ms, number, impression_id))
+                self.held += 1
+        heapq.heapify(self._ending)
+        heapq.heapify(self._forgetting)
+        heapq.heapify(self._waits)
+
+    def take_touched(self) -> tuple[set[str], set[str]]:
+        """The impression ids whose session, and whose held clicks, changed since the last call."""
+        touched, held = self.touched, self.touched_held
+        self.touched, self.touched_held = set(), set()
+        return touched, held

@@ -243,6 +243,10 @@ class Settings:
     ubi_excluded_clients: tuple[str, ...] = setting(
         (), "ubi-bridge: client_id glob patterns (* ? [seq], case-sensitive), comma-separated, whose searches "
         "and events are skipped (bots)", values.csv, metavar="GLOB,...", shown_default="(none)")
+    judge_group_id: str = setting("stream-ndcg-judge", "judge's Kafka consumer group", values.word, metavar="GROUP")
+    judge_idle: int = setting(
+        30_000, "how long a partition of judge has had nothing to read before it counts as past the boundary the "
+        "other partitions wait at", values.duration(0), metavar=DURATION)
     log_format: str = setting("text", "log lines as text or one JSON object each", values.choice("text", "json"),
                               metavar="FORMAT", choices=("text", "json"))
     log_level: str = setting("INFO", "lowest level logged (any case)", values.choice(*_LOG_LEVELS, fold=True),

@@ -37,6 +37,7 @@ from prometheus_client.registry import Collector
 from stream_ndcg import __version__
 from stream_ndcg.config import Settings
 from stream_ndcg.errors import StoreUnavailable
+from stream_ndcg.judge_metrics import JudgeCollector
 from stream_ndcg.listener import Listener, respond
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.state.base import StateStore
@@ -224,8 +225,11 @@ def _number(value: float | None) -> float:
 class Exporter:
     """Owns every metric of stream-ndcg; the registry is injected (a fresh one in tests)."""
 
-    def __init__(self, registry: CollectorRegistry, store: StateStore, view: WindowView,
-                 clock: Callable[[], float] = time.time, revision: str = "unknown") -> None:
+    def __init__(self, registry: CollectorRegistry, store: StateStore | None, view: WindowView | None,
+                 clock: Callable[[], float] = time.time, revision: str = "unknown", *,
+                 judge: JudgeCollector | None = None) -> None:
+        """`run`'s exporter reads `store` through `view`; `judge`'s has neither, and reads its own
+        state through `judge` instead."""
         self.registry = registry
         # The process (CPU, memory, file descriptors), Python version and garbage collector
         # metrics that the default registry would carry, so a fresh registry loses nothing.
@@ -268,10 +272,20 @@ class Exporter:
         self.scrape_errors = Counter(MetricName.SCRAPE_ERRORS, "Scrapes that could not read the shared state.",
                                      registry=registry)
         self.ready = Gauge(MetricName.READY, "1 while the service consumes and commits normally.", registry=registry)
-        self._collector = _StoreCollector(store, view, clock, self.scrape_errors.inc)
-        registry.register(self._collector)
+        self._collector: _StoreCollector | None = None
         # What the gauges are read from, for the drill-down's summary to read the same numbers.
-        self.window_totals = self._collector.totals
+        self.window_totals: WindowTotals | None = None
+        if store is not None and view is not None:
+            self._collector = _StoreCollector(store, view, clock, self.scrape_errors.inc)
+            registry.register(self._collector)
+            self.window_totals = self._collector.totals
+        if judge is not None:
+            judge.on_error = self.scrape_errors.inc
+            registry.register(judge)
+        # Exported by `judge` only.
+        self.judgments_published = Counter(MetricName.JUDGMENTS_PUBLISHED, "Judgment events judge published (again "
+                                           "after a crash: run counts those as duplicates).",
+                                           registry=registry if judge is not None else None)
         self._listener: Listener | None = None
 
     def serve(self, host: str, port: int, ready: Callable[[], bool]) -> int:
@@ -282,7 +296,8 @@ class Exporter:
 
     def warm_up(self) -> None:
         """Read the window sums ahead of the first scrape (`serve` starts it in a thread)."""
-        self._collector.warm_up()
+        if self._collector is not None:
+            self._collector.warm_up()
 
     def close(self) -> None:
         if self._listener is not None:

@@ -33,6 +33,18 @@ class RecordChecks:
     max_future_ms: int | None = None
 
 
+def checked_event(record: Record, checks: RecordChecks, now_ms: int) -> Event | InvalidEvent:
+    """A record's event, or why it is rejected: the contract's checks, the key and the wall clock."""
+    event = parse_event(record.value, checks.limits)
+    if isinstance(event, InvalidEvent):
+        return event
+    if checks.require_key and not record.key:
+        return InvalidEvent("missing_key", "messages must be keyed by query_id")
+    if checks.max_future_ms is not None and event.ts > now_ms + checks.max_future_ms:
+        return InvalidEvent("ts_in_future", f"ts {event.ts} is more than {checks.max_future_ms} ms ahead")
+    return event
+
+
 @dataclass(frozen=True)
 class PartitionBatch:
     """What a batch holds for one partition, and where its commit must start and end."""
@@ -111,13 +123,7 @@ class BatchPipeline:
         return result
 
     def parse(self, record: Record, now_ms: int) -> Event | InvalidEvent:
-        event = parse_event(record.value, self.checks.limits)
-        if isinstance(event, InvalidEvent):
-            return event
-        if self.checks.require_key and not record.key:
-            return InvalidEvent("missing_key", "messages must be keyed by query_id")
-        if self.checks.max_future_ms is not None and event.ts > now_ms + self.checks.max_future_ms:
-            return InvalidEvent("ts_in_future", f"ts {event.ts} is more than {self.checks.max_future_ms} ms ahead")
+        event = checked_event(record, self.checks, now_ms)
         if isinstance(event, Impression) and self.projector is not None:
             return self.projector.project(event)
         return event

@@ -167,7 +167,15 @@ class MetricName:
     JUDGED_RATIO: Final = f"{PREFIX}_judged_ratio"
     JUDGED_RATIO_NUMERATOR: Final = f"{PREFIX}_judged_ratio_numerator"
     IMPRESSIONS: Final = f"{PREFIX}_impressions"
+    # `judge`'s, read from its shared state at scrape time.
+    JUDGE_EVENTS: Final = f"{PREFIX}_judge_events"
+    JUDGE_EVENTS_REJECTED: Final = f"{PREFIX}_judge_events_rejected"
+    JUDGE_EVENTS_DUPLICATE: Final = f"{PREFIX}_judge_events_duplicate"
+    JUDGE_GRADED_PAIRS: Final = f"{PREFIX}_judge_graded_pairs"
+    JUDGE_CTR: Final = f"{PREFIX}_judge_ctr"
+    JUDGE_BOUNDARY: Final = f"{PREFIX}_judge_boundary_timestamp_seconds"
     # This process's own.
+    JUDGMENTS_PUBLISHED: Final = f"{PREFIX}_judgments_published"
     BUILD: Final = f"{PREFIX}_build"
     BATCH_DURATION: Final = f"{PREFIX}_batch_duration_seconds"
     BATCH_EVENTS: Final = f"{PREFIX}_batch_events"

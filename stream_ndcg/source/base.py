@@ -64,6 +64,10 @@ class Source(Protocol):
         """The topics whose partitions the brokers do not know yet."""
         ...
 
+    def partitions_of(self, topics: Collection[str]) -> set[Partition]:
+        """Every partition of these topics the brokers know, assigned to this member or not."""
+        ...
+
     def subscribe(self, topics: Collection[str]) -> None:
         """Join the group for these topics; the assignment then comes with `poll`."""
         ...

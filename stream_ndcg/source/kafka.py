@@ -118,6 +118,12 @@ class KafkaSource:
         except KafkaError as exc:
             raise BrokerUnavailable(f"topic metadata unavailable: {type(exc).__name__}") from exc
 
+    def partitions_of(self, topics: Collection[str]) -> set[Partition]:
+        try:
+            return {Partition(t, n) for t in topics for n in self.consumer.partitions_for_topic(t) or ()}
+        except KafkaError as exc:
+            raise BrokerUnavailable(f"topic metadata unavailable: {type(exc).__name__}") from exc
+
     def subscribe(self, topics: Collection[str]) -> None:
         self._revocations = queue.SimpleQueue()
         self.consumer.subscribe(list(topics), listener=_Revocations(self._revocations))

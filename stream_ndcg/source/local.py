@@ -86,6 +86,9 @@ class LocalSource:
         known = {p.topic for p in self.logs}
         return [t for t in topics if t not in known]
 
+    def partitions_of(self, topics: Collection[str]) -> set[Partition]:
+        return {p for p in self.logs if p.topic in topics}
+
     def subscribe(self, topics: Collection[str]) -> None:
         self.subscribed = tuple(topics)
 

@@ -1,4 +1,4 @@
-"""One `stream-ndcg run` process for a test: its environment, start, scrapes, kill -9 and teardown."""
+"""One `stream-ndcg run` (or `judge`) process for a test: its environment, start, scrapes, kill -9 and teardown."""
 
 from __future__ import annotations
 
@@ -54,13 +54,15 @@ class Service:
     starts: int = 0
     # The interpreter that runs it, with its flags: by default the one running the tests.
     python: tuple[str, ...] = (sys.executable,)
+    # The `stream-ndcg` command it runs: run, or judge.
+    command: str = "run"
 
     def start(self) -> None:
         env = dict(os.environ, STREAM_NDCG_API_PORT=str(self.api_port), **self.env,
                    STREAM_NDCG_METRICS_PORT=str(self.port))
         log = open(self.workdir / f"service-{self.port}-{self.starts}.log", "wb")  # noqa: SIM115
         self.starts += 1
-        self.process = subprocess.Popen([*self.python, "-m", "stream_ndcg.cli", "run"], env=env,
+        self.process = subprocess.Popen([*self.python, "-m", "stream_ndcg.cli", self.command], env=env,
                                         stdout=log, stderr=subprocess.STDOUT)
         log.close()
         process = self.process

@@ -43,7 +43,9 @@ def test_exported_names_keep_their_spelling() -> None:
         "impressions", "build", "batch_duration_seconds", "batch_events", "judgment_to_metric_seconds",
         "redis_round_trip_seconds", "consumer_lag", "consumer_held_back_offsets", "assigned_partitions", "backoffs",
         "offsets_skipped", "fenced_batches", "dead_letters_dropped", "scrape_errors", "ready", "ubi_documents",
-        "ubi_skipped", "ubi_clicks", "ubi_impressions")}
+        "ubi_skipped", "ubi_clicks", "ubi_impressions", "judge_events", "judge_events_rejected",
+        "judge_events_duplicate", "judge_graded_pairs", "judge_ctr", "judge_boundary_timestamp_seconds",
+        "judgments_published")}
     assert total(MetricName.EVENTS) == "stream_ndcg_events_total"
 
 
