@@ -33,6 +33,17 @@ def render(values: str, *extra: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(result.stdout) if d]
 
 
+def of(documents: list[dict[str, Any]], kind: str, component: str = "run") -> dict[str, Any]:
+    """The one object of `kind` of a component (run, judge, ubi-bridge)."""
+    (document,) = [d for d in documents if d["kind"] == kind
+                   and d["metadata"]["labels"].get("app.kubernetes.io/component") == component]
+    return document
+
+
+def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return selector.items() <= labels.items()
+
+
 @pytest.mark.parametrize("values", VALUES)
 def test_helm_lint(values: str) -> None:
     result = helm("lint", "--strict", str(CHART), *VALUES[values])
@@ -87,8 +98,11 @@ def _strict(schema: Any) -> Any:
 def test_every_rendered_object_fits_its_schema(values: str, operator_schemas: dict[str, dict[str, Any]]) -> None:
     documents = render(values)
     kinds = sorted(d["kind"] for d in documents)
-    assert kinds == ["ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "PrometheusRule",
-                     "Secret", "Service", "ServiceMonitor"]
+    # The maximal values run the judge and the bridge too: a Deployment, Service, ServiceMonitor,
+    # NetworkPolicy and PodDisruptionBudget each.
+    per_component = ["Deployment", "NetworkPolicy", "PodDisruptionBudget", "Service", "ServiceMonitor"]
+    components = 3 if values == "maximal" else 1
+    assert kinds == sorted(["ConfigMap", "PrometheusRule", "Secret"] + per_component * components)
     for document in documents:
         if document["apiVersion"].startswith("monitoring.coreos.com/"):
             # Not jsonschema.validate: it checks the schema too, and the CRDs' patterns are Go regexps.
@@ -100,7 +114,7 @@ def test_every_rendered_object_fits_its_schema(values: str, operator_schemas: di
 
 def test_the_rollout_is_kubernetes_default_unless_a_strategy_is_set() -> None:
     def strategy(values: str) -> Any:
-        return next(d for d in render(values) if d["kind"] == "Deployment")["spec"].get("strategy")
+        return of(render(values), "Deployment")["spec"].get("strategy")
 
     assert strategy("default") is None
     assert strategy("maximal") == {"type": "Recreate"}
@@ -108,7 +122,13 @@ def test_the_rollout_is_kubernetes_default_unless_a_strategy_is_set() -> None:
 
 @pytest.mark.parametrize("values", VALUES)
 def test_the_pod_meets_the_restricted_pod_security_standard(values: str) -> None:
-    deployment = next(d for d in render(values) if d["kind"] == "Deployment")
+    deployments = [d for d in render(values) if d["kind"] == "Deployment"]
+    assert len(deployments) == (3 if values == "maximal" else 1)
+    for deployment in deployments:
+        check_restricted_pod(deployment, values)
+
+
+def check_restricted_pod(deployment: dict[str, Any], values: str) -> None:
     pod = deployment["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -128,7 +148,7 @@ def test_the_pod_meets_the_restricted_pod_security_standard(values: str) -> None
 @pytest.mark.parametrize("values", VALUES)
 def test_the_environment_and_secret_file_are_valid_settings(values: str, tmp_path: Path) -> None:
     documents = render(values)
-    container = next(d for d in documents if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    container = of(documents, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"]}
     secret = next(d for d in documents if d["kind"] == "Secret")
     settings_file = tmp_path / "secrets.toml"
@@ -141,12 +161,79 @@ def test_the_environment_and_secret_file_are_valid_settings(values: str, tmp_pat
     if values == "maximal":
         assert settings.sasl_password == 'pa"ss' and settings.segment_labels == ("experiment", "engine", "locale")
         assert settings.api_token == "drill-token"
-        policy = next(d for d in documents if d["kind"] == "NetworkPolicy")
+        policy = of(documents, "NetworkPolicy")
         assert {"port": "api", "protocol": "TCP"} in policy["spec"]["ingress"][1]["ports"]
-    monitor = next(d for d in documents if d["kind"] == "ServiceMonitor")
-    service = next(d for d in documents if d["kind"] == "Service")
+    monitor = of(documents, "ServiceMonitor")
+    service = of(documents, "Service")
     assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+
+
+COMPONENTS = ("run", "judge", "ubi-bridge")
+STAGES = ("--set", "judge.enabled=true,ubiBridge.enabled=true")
+
+
+def test_the_stages_run_their_command_with_their_config_over_the_shared_one(tmp_path: Path) -> None:
+    documents = render("maximal")
+    settings_file = tmp_path / "secrets.toml"
+    settings_file.write_text(next(d for d in documents if d["kind"] == "Secret")["stringData"]["secrets.toml"])
+    loaded = {}
+    for component in ("judge", "ubi-bridge"):
+        deployment = of(documents, "Deployment", component)
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["args"] == [component] and deployment["spec"]["replicas"] == 2
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert not [name for name in env if name.startswith("STREAM_NDCG_API_")], "only run serves the API"
+        assert [port["name"] for port in container["ports"]] == ["metrics"]
+        settings = Settings.load(environ=dict(env, STREAM_NDCG_CONFIG=str(settings_file)))
+        assert settings.metrics_port == container["ports"][0]["containerPort"]
+        # The connection and its SASL credentials are shared with run.
+        assert settings.bootstrap_servers.startswith("kafka-0.kafka:9093") and settings.sasl_password == 'pa"ss'
+        loaded[component] = settings
+    # The stage's own values win over the shared ones (log_level is DEBUG in `config`).
+    assert loaded["judge"].batch_size == 500 and loaded["judge"].log_level == "INFO"
+    bridge = loaded["ubi-bridge"]
+    assert bridge.ubi_group_id == "ndcg-web-ubi-bridge" != bridge.group_id
+    assert bridge.ubi_output_topic in bridge.topics, "the bridge writes to a topic run reads"
+    assert bridge.ubi_excluded_clients == ("quepid-*", "*-bot")
+    # A stage's false is not replaced by a shared true.
+    overridden = render("default", "--set",
+                        "config.redis_cluster=true,judge.enabled=true,judge.config.redis_cluster=false")
+    env = of(overridden, "Deployment", "judge")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "STREAM_NDCG_REDIS_CLUSTER", "value": "false"} in env
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_every_selector_of_a_component_picks_its_own_pods_only(values: str) -> None:
+    documents = render(values, *STAGES)
+    # Run's Deployment selector is immutable: it stays what releases without the stages have.
+    assert of(documents, "Deployment")["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "stream-ndcg", "app.kubernetes.io/instance": "search"}
+    pods = {c: of(documents, "Deployment", c)["spec"]["template"]["metadata"]["labels"] for c in COMPONENTS}
+    services = {c: of(documents, "Service", c)["metadata"]["labels"] for c in COMPONENTS}
+    for component in COMPONENTS:
+        selectors = [of(documents, "Deployment", component)["spec"]["selector"]["matchLabels"],
+                     of(documents, "Service", component)["spec"]["selector"],
+                     of(documents, "PodDisruptionBudget", component)["spec"]["selector"]["matchLabels"],
+                     of(documents, "NetworkPolicy", component)["spec"]["podSelector"]["matchLabels"]]
+        for selector in selectors:
+            assert [c for c, labels in pods.items() if selects(selector, labels)] == [component], selector
+        monitor = of(documents, "ServiceMonitor", component)["spec"]["selector"]["matchLabels"]
+        assert [c for c, labels in services.items() if selects(monitor, labels)] == [component], monitor
+
+
+def test_the_network_policies_let_each_component_reach_what_it_needs() -> None:
+    documents = render("maximal")
+
+    def egress_ports(component: str) -> set[int]:
+        policy = of(documents, "NetworkPolicy", component)["spec"]
+        assert [rule["ports"] for rule in policy["ingress"]][0] == [{"port": "metrics", "protocol": "TCP"}]
+        return {port["port"] for rule in policy["egress"] for port in rule["ports"]}
+
+    # Kafka on 9093, Redis on 6379 and 16379 (Cluster bus), DNS on 53: the bridge keeps no state in Redis.
+    assert egress_ports("run") == egress_ports("judge") == {9093, 6379, 16379, 53}
+    assert egress_ports("ubi-bridge") == {9093, 53}
+    assert len(of(documents, "NetworkPolicy", "ubi-bridge")["spec"]["ingress"]) == 1, "no API to reach"
 
 
 def test_with_a_page_url_every_series_split_by_segment_links_to_its_drill_down() -> None:
@@ -185,7 +272,8 @@ def test_the_prometheus_rule_passes_promtool_and_follows_the_values(values: str,
 
 
 @pytest.mark.parametrize("override", ["alerts.k=7", "alerts.shortWindow=2h", "alerts.segmentLabel=locale",
-                                      "partitions=1"])
+                                      "partitions=1",
+                                      "replicaCount=1,partitions=1,judge.enabled=true,judge.replicaCount=2"])
 def test_values_the_rules_cannot_follow_are_refused(override: str) -> None:
     result = helm("template", "search", str(CHART), "--set", override)
     assert result.returncode != 0 and "is not one of" in result.stderr or "partitions" in result.stderr, \

@@ -75,3 +75,49 @@ labels (instance, pod, node, container, ...) from splitting or doubling sums. */
 {{- $page := trimPrefix "StreamNdcg" .alert | kebabcase }}
 {{- printf "%s/runbooks/%s/#%s" (trimSuffix "/" .root.Values.alerts.runbookBaseUrl) $page (lower .alert) }}
 {{- end }}
+
+{{/* The processes the chart runs, each a Deployment with its Service, ServiceMonitor,
+NetworkPolicy and PodDisruptionBudget: run always, the stages when enabled. */}}
+{{- define "stream-ndcg.components" -}}
+{{- $names := list "run" }}
+{{- if .Values.judge.enabled }}{{ $names = append $names "judge" }}{{ end }}
+{{- if .Values.ubiBridge.enabled }}{{ $names = append $names "ubi-bridge" }}{{ end }}
+{{- join " " $names }}
+{{- end }}
+
+{{/* Fills the dict it is given (root: the chart's context, component: one of the components) with
+what that component's objects need: fullname, selectorLabels, labels, podLabels (strings of YAML),
+values (replicaCount, config, resources, strategy, affinity, topologySpreadConstraints), api and
+redis (whether it serves the drill-down API, whether it reaches Redis). Run's names and selector
+are those of the releases before the stages existed: its Deployment selector cannot change on an
+upgrade, so a stage's pods differ from it in app.kubernetes.io/name, which keeps every selector of
+run's (Deployment, Service, ServiceMonitor, PodDisruptionBudget, NetworkPolicy) off them. */}}
+{{- define "stream-ndcg.component" -}}
+{{- $root := .root }}
+{{- $v := $root.Values }}
+{{- $common := printf "app.kubernetes.io/part-of: %s\napp.kubernetes.io/version: %s\napp.kubernetes.io/managed-by: %s\nhelm.sh/chart: %s-%s" (include "stream-ndcg.name" $root) ($root.Chart.AppVersion | quote) $root.Release.Service $root.Chart.Name $root.Chart.Version }}
+{{- if eq .component "run" }}
+{{- $selector := include "stream-ndcg.selectorLabels" $root }}
+{{- $_ := set . "fullname" (include "stream-ndcg.fullname" $root) }}
+{{- $_ := set . "selectorLabels" $selector }}
+{{- $_ := set . "podLabels" (printf "%s\napp.kubernetes.io/component: run" $selector) }}
+{{- $_ := set . "values" (dict "replicaCount" $v.replicaCount "config" $v.config "resources" $v.resources "strategy" $v.strategy "affinity" $v.affinity "topologySpreadConstraints" $v.topologySpreadConstraints) }}
+{{- $_ := set . "api" $v.api.enabled }}
+{{- $_ := set . "redis" true }}
+{{- else }}
+{{- $stage := index $v (get (dict "judge" "judge" "ubi-bridge" "ubiBridge") .component) }}
+{{- $selector := printf "app.kubernetes.io/name: %s\napp.kubernetes.io/instance: %s\napp.kubernetes.io/component: %s" (printf "%s-%s" (include "stream-ndcg.name" $root) .component | trunc 63 | trimSuffix "-") $root.Release.Name .component }}
+{{- $_ := set . "fullname" (printf "%s-%s" (include "stream-ndcg.fullname" $root | trunc (int (sub 62 (len .component))) | trimSuffix "-") .component) }}
+{{- $_ := set . "selectorLabels" $selector }}
+{{- $_ := set . "podLabels" $selector }}
+{{- $values := omit $stage "enabled" "config" }}
+{{- /* Key by key, not sprig's merge: that one lets a shared value replace a stage's false, 0 or empty. */}}
+{{- $config := deepCopy $v.config }}
+{{- range $key, $value := $stage.config }}{{ $_ := set $config $key $value }}{{ end }}
+{{- $_ := set $values "config" $config }}
+{{- $_ := set . "values" $values }}
+{{- $_ := set . "api" false }}
+{{- $_ := set . "redis" (eq .component "judge") }}
+{{- end }}
+{{- $_ := set . "labels" (printf "%s\n%s" .podLabels $common) }}
+{{- end }}
