@@ -33,11 +33,19 @@ from typing import Any
 import orjson
 from redis.exceptions import RedisClusterException, RedisError
 
+from stream_ndcg.click_state import Pair
 from stream_ndcg.errors import FencedError, StoreUnavailable
 from stream_ndcg.state import judge_format
-from stream_ndcg.click_state import Pair
-from stream_ndcg.state.judge_store import (Given, JudgeCommit, Loaded, Status, given_of, ranks_of_text, ranks_text,
-                                            status_of_meta)
+from stream_ndcg.state.judge_store import (
+    Given,
+    JudgeCommit,
+    Loaded,
+    Status,
+    given_of,
+    ranks_of_text,
+    ranks_text,
+    status_of_meta,
+)
 from stream_ndcg.state.redis_reads import Client, text
 
 # KEYS epoch, meta, outbox, closed, then the state's hashes; ARGV epoch, expected offset ('' for
