@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from stream_ndcg.click_models import model_of_evidence
 from stream_ndcg.errors import ConfigError, StoreUnavailable
 from stream_ndcg.state import judge_format
 from stream_ndcg.state.judge_store import Given, JudgeStore
@@ -45,11 +46,6 @@ _QUOTED = re.compile(r"[\s%]")
 
 class NoJudgeState(Exception):
     """No judge has kept state in the store's namespace."""
-
-
-def model_of(evidence: dict[str, Any]) -> str:
-    """The click model whose evidence this is (`click_models.coec` / `sdbn`)."""
-    return "coec" if "expected_clicks" in evidence else "sdbn"
 
 
 def current(store: JudgeStore, model: str) -> list[dict[str, Any]]:
@@ -67,9 +63,9 @@ def current(store: JudgeStore, model: str) -> list[dict[str, Any]]:
                 latest[pair] = given
     judgments = []
     for (query_id, doc_id), given in sorted(latest.items()):
-        if model_of(given.evidence) != model:
-            raise ConfigError(f"the judge's state holds {model_of(given.evidence)} judgments and click_model is "
-                              f"{model}: export with the settings of the judge that wrote them")
+        if (found_model := model_of_evidence(given.evidence)) != model:
+            raise ConfigError(f"the judge's state holds {found_model} judgments and click_model is {model}: export "
+                              "with the settings of the judge that wrote them")
         judgments.append({"type": "judgment", "query_id": query_id, "doc_id": doc_id, "grade": given.grade,
                           "ts": given.ts, "event_id": f"{model}@{given.ts}", "source": model,
                           "evidence": given.evidence})

@@ -21,17 +21,18 @@ from tests.unit.test_click_models import HOUR, T0, example, impression, judge
 BOUNDARY = T0 + HOUR
 
 
-def judged_store(model: str = "coec", grade: str = "thresholds") -> tuple[MemoryJudgeStore, list[dict[str, object]]]:
-    """The example through a judge committed event by event, and what it published."""
+def judged_store(model: str = "coec", grade: str = "thresholds",
+                 partition: str = "events:0") -> tuple[MemoryJudgeStore, list[dict[str, object]]]:
+    """The example through a judge committed event by event to `partition`, and what it published."""
     store = MemoryJudgeStore()
     store.adopt()
-    epoch = store.claim("events:0")
+    epoch = store.claim(partition)
     click_judge: ClickJudge = judge(model, grade=grade)
     published = []
     for offset, event in enumerate([*example(), impression("k", BOUNDARY, ("x",), query="r")]):
         decided = [j.message() for j in click_judge.add(event)]
         published += decided
-        store.commit([JudgeCommit("events:0", epoch, click_judge.changes(), offset + 1, offset or None,
+        store.commit([JudgeCommit(partition, epoch, click_judge.changes(), offset + 1, offset or None,
                                   outbox=[orjson.dumps(m) for m in decided])])
     return store, published
 
