@@ -1,4 +1,4 @@
-"""The `stream-ndcg` command: replay, run, judge, ubi-bridge, check-config and dev."""
+"""The `stream-ndcg` command: replay, run, judge, judgments, ubi-bridge, check-config and dev."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from stream_ndcg import __version__
 from stream_ndcg.config import EPOCH_SECONDS_BELOW_MS, Settings, env_name
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import Limits
+from stream_ndcg.judgments_export import add_parser as add_judgments_parser
 from stream_ndcg.offline.clicks import JudgmentWriter, add_click_flags, click_judge_of
 from stream_ndcg.offline.files import replay_files
 from stream_ndcg.offline.history import add_history_flags, history_of, settings_of, write_history
@@ -323,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "and say whether this configuration continues it, changes it in place or "
                                       "needs a rebuild (exit 2 if run would refuse it)")
 
+    add_judgments_parser(sub, lambda command: _add_setting_flags(command, Settings.names()), _settings)
     bridge = sub.add_parser("ubi-bridge", help="join OpenSearch UBI queries and events (ubi_*_topic) into the "
                                                "contract's impressions and clicks, keyed by the query text")
     bridge.add_argument("--config", metavar="FILE.toml", help="TOML settings file; env STREAM_NDCG_CONFIG")

@@ -100,8 +100,10 @@ class ClickJudge:
         self.clock_ms: int | None = None
         # The last boundary closed (`close`): past the clock while it waits for `emit`.
         self.closed: int | None = None
-        # The grade each pair was last given (pairs without one, or retracted, are absent).
+        # The grade each pair was last given (pairs without one, or retracted, are absent), and the
+        # boundary and evidence it was given at: what was published, kept for export and the drill-down.
         self.graded: dict[Pair, float] = {}
+        self.given: dict[Pair, tuple[int, Evidence]] = {}
         # The pairs whose grade changed since `changes`.
         self._touched_grades: set[Pair] = set()
         self.boundaries = 0
@@ -184,8 +186,10 @@ class ClickJudge:
         for pair, grade, evidence in self.stats.changes(grading, rates, since, self.graded):
             if grade is None:
                 del self.graded[pair]
+                del self.given[pair]
             else:
                 self.graded[pair] = grade
+                self.given[pair] = (boundary, evidence)
             self._touched_grades.add(pair)
             emitted.append(ClickJudgment(pair[0], pair[1], grade, boundary, f"{self.model}@{boundary}", self.model,
                                          evidence))
@@ -205,7 +209,8 @@ class ClickJudge:
         """The whole state as plain data (`click_state`); `from_state` makes a judge of it again."""
         sessions, held = self.sessions.states()
         ranks, pairs = self.stats.states()
-        return JudgeState(self._meta(), sessions, held, ranks, pairs, dict(self.graded))
+        return JudgeState(self._meta(), sessions, held, ranks, pairs,
+                          {pair: self._graded_state(pair) for pair in self.graded})
 
     def changes(self) -> JudgeState:
         """What changed since the last call (or since the judge was made), as plain data: the
@@ -217,7 +222,12 @@ class ClickJudge:
             self._meta(), {i: self.sessions.session_state(i) for i in touched},
             {i: self.sessions.held_state(i) for i in touched_held}, {b: self.stats.rank_state(b) for b in ranks},
             {(b, pair): self.stats.pair_state(b, pair) for b, pair in pairs if b in self.stats.ranks},
-            {pair: self.graded.get(pair) for pair in grades}, forgotten)
+            {pair: self._graded_state(pair) if pair in self.graded else None for pair in grades}, forgotten)
+
+    def _graded_state(self, pair: Pair) -> list[Any]:
+        """A pair's grade as stored: [grade, boundary, {evidence}], the judgment last published."""
+        boundary, evidence = self.given[pair]
+        return [self.graded[pair], boundary, dict(evidence)]
 
     @classmethod
     def from_state(cls, settings: JudgeSettings, state: JudgeState) -> ClickJudge:
@@ -229,7 +239,10 @@ class ClickJudge:
             judge.boundaries, judge.emitted, judge._changed = meta["boundaries"], meta["emitted"], meta["changed"]
             judge.sessions.restore(state.sessions, state.held, meta["serial"], meta["counts"])
         judge.stats.restore(state.ranks, state.pairs)
-        judge.graded = {pair: grade for pair, grade in state.graded.items() if grade is not None}
+        for pair, graded in state.graded.items():
+            if graded is not None:
+                judge.graded[pair] = graded[0]
+                judge.given[pair] = (graded[1], tuple(graded[2].items()))
         return judge
 
     def _meta(self) -> dict[str, Any]:

@@ -161,6 +161,25 @@ def sdbn(counts: PairCounts) -> tuple[Fraction, Evidence]:
                                            ("clicks", counts.clicks), ("last_clicks", counts.last_clicks))
 
 
+def model_of_evidence(evidence: Mapping[str, int | float]) -> Model:
+    """The model whose evidence this is: only COEC's has expected clicks."""
+    return "coec" if "expected_clicks" in evidence else "sdbn"
+
+
+def score_of_evidence(evidence: Mapping[str, int | float]) -> float:
+    """A judgment's score from its evidence, as anyone can check it: COEC clicks / expected clicks
+    (0 without a click), SDBN attractiveness x satisfaction with the prior. Expected clicks are the
+    nearest float of an exact fraction, so a COEC score within a rounding of a threshold may read
+    on the other side of it than the grade."""
+    clicks = int(evidence["clicks"])
+    if model_of_evidence(evidence) == "coec":
+        expected = float(evidence["expected_clicks"])
+        return clicks / expected if clicks and expected else 0.0
+    examinations, last_clicks = int(evidence["examinations"]), int(evidence["last_clicks"])
+    return float(Fraction(clicks + PRIOR_NUMERATOR, examinations + PRIOR_DENOMINATOR)
+                 * Fraction(last_clicks + PRIOR_NUMERATOR, clicks + PRIOR_DENOMINATOR))
+
+
 class ClickCounts:
     """The counts of one partition's impressions with final clicks, by time bucket."""
 

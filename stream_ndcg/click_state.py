@@ -19,7 +19,7 @@ pair counts one hash per bucket):
 - `ranks`: bucket -> [shown by rank, clicked by rank];
 - `pairs`: (bucket, (query, document)) -> [impressions, clicks, examinations, last clicks,
   [[rank, impressions], ...]];
-- `graded`: (query, document) -> the grade last emitted.
+- `graded`: (query, document) -> [grade, boundary, {evidence}]: the judgment last emitted.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class JudgeState:
     held: dict[str, list[Any] | None] = field(default_factory=dict)
     ranks: dict[int, list[list[int]] | None] = field(default_factory=dict)
     pairs: dict[PairKey, list[Any] | None] = field(default_factory=dict)
-    graded: dict[Pair, float | None] = field(default_factory=dict)
+    graded: dict[Pair, list[Any] | None] = field(default_factory=dict)
     forgotten: set[int] = field(default_factory=set)
 
     @property

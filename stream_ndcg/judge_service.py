@@ -29,8 +29,6 @@ from stream_ndcg.judge_loop import JudgeOptions, JudgeProcessor
 from stream_ndcg.judge_metrics import JudgeCollector
 from stream_ndcg.source.base import Partition
 from stream_ndcg.source.kafka import KafkaSource, consumer_options
-from stream_ndcg.state.judge_redis import RedisJudgeStore
-from stream_ndcg.state.redis_reads import connect
 
 logger = logging.getLogger(__name__)
 
@@ -71,10 +69,7 @@ class KafkaPublisher:
 
 
 def build(settings: Settings, registry: CollectorRegistry | None = None) -> tuple[JudgeProcessor, Exporter]:
-    store = RedisJudgeStore(lambda: connect(settings.redis_url, cluster=settings.redis_cluster,
-                                            ca_file=settings.redis_ca_file, sentinels=settings.redis_sentinels,
-                                            master=settings.redis_sentinel_master),
-                            namespace=settings.key_namespace)
+    store = wiring.judge_store(settings)
     exporter = Exporter(registry or CollectorRegistry(), None, None,
                         revision=os.environ.get("STREAM_NDCG_REVISION", "unknown"),
                         judge=JudgeCollector(store, settings.key_namespace, settings.click_model))

@@ -15,6 +15,7 @@ from stream_ndcg.config import Settings
 from stream_ndcg.consumer import StreamProcessor
 from stream_ndcg.dead_letters import DeadLetters
 from stream_ndcg.drilldown.api import Api
+from stream_ndcg.drilldown.clicks import ClickEvidence
 from stream_ndcg.drilldown.explorer import Explorer
 from stream_ndcg.exporter import Exporter, WindowTotals, WindowView
 from stream_ndcg.source.kafka import KafkaSource, consumer_options
@@ -62,9 +63,11 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
 
 def explorer(settings: Settings, window_totals: WindowTotals | None = None) -> Explorer:
     """The drill-down's reader, on a store of its own: its reads never touch the consumer's cache.
-    Its summary reads `window_totals` (the exporter's, in `run`) if given."""
+    Its summary reads `window_totals` (the exporter's, in `run`) if given; a query's click evidence,
+    the judge's store under the same namespace."""
     return Explorer(wiring.redis_store(settings), WindowView.from_settings(settings), settings.measure,
-                    settings.horizon, window_totals=window_totals)
+                    settings.horizon, window_totals=window_totals,
+                    clicks=ClickEvidence(wiring.judge_store(settings), settings.key_namespace))
 
 
 def run(settings: Settings) -> int:

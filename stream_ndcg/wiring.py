@@ -26,6 +26,7 @@ from stream_ndcg.state.base import StateStore
 
 if TYPE_CHECKING:  # the Redis client is imported by whoever makes a Redis store, not by importers
     from stream_ndcg.dead_letters import DeadLetters
+    from stream_ndcg.state.judge_redis import RedisJudgeStore
     from stream_ndcg.state.redis import RedisStore
 
 
@@ -96,3 +97,15 @@ def redis_store(settings: Settings,
         wait_timeout_ms=settings.redis_wait_timeout,
         observe_round_trip=observe_round_trip,
     )
+
+
+def judge_store(settings: Settings) -> RedisJudgeStore:
+    """The judge's store of the settings: `judge` writes it, `judgments export` and the drill-down
+    read it, all under `key_namespace`."""
+    from stream_ndcg.state.judge_redis import RedisJudgeStore
+    from stream_ndcg.state.redis_reads import connect
+
+    return RedisJudgeStore(lambda: connect(settings.redis_url, cluster=settings.redis_cluster,
+                                           ca_file=settings.redis_ca_file, sentinels=settings.redis_sentinels,
+                                           master=settings.redis_sentinel_master),
+                           namespace=settings.key_namespace)

@@ -22,6 +22,7 @@ from typing import Any
 
 from stream_ndcg import rows
 from stream_ndcg.drilldown import index, queue
+from stream_ndcg.drilldown.clicks import ClickEvidence, unavailable
 from stream_ndcg.errors import BadParameter, NotFound
 from stream_ndcg.exporter import WindowTotals, WindowView
 from stream_ndcg.metric import Measure, ideal_dcg
@@ -143,8 +144,11 @@ class Explorer:
     """Answers the drill-down questions from a store; safe to call from several threads."""
 
     def __init__(self, store: StateStore, view: WindowView, measure: Measure, horizon_ms: int,
-                 clock: Callable[[], float] = time.time, window_totals: WindowTotals | None = None) -> None:
+                 clock: Callable[[], float] = time.time, window_totals: WindowTotals | None = None,
+                 clicks: ClickEvidence | None = None) -> None:
         self.store = store
+        # The judge's grades and evidence of a query's documents (None: not read, and said so).
+        self.clicks = clicks
         self.view = view
         # The summary's sums: the exporter's in the service (the gauges' numbers, read once for
         # both), else kept here.
@@ -267,7 +271,8 @@ class Explorer:
                 "queries": shown}
 
     def query(self, query_id: str, question: Question) -> dict[str, Any]:
-        """One query in the window: its distinct lists scored, its ideal, its judgments' history."""
+        """One query in the window: its distinct lists scored, its ideal, its judgments' history, and
+        its documents' grades and evidence from clicks (`clicks.ClickEvidence`)."""
         check_query_id(query_id)
         now = self._now_ms()
         first, last = self._buckets(question, now)
@@ -305,6 +310,11 @@ class Explorer:
         ideal = sorted(grades.items(), key=lambda item: (-item[1], item[0]))
         details = index.list_details(lists, grades, self.measure, {doc: held[0] for doc, held in sources.items()})
         gains = [self.measure.gain_of(g) for g in grades.values()]
+        clicks = (unavailable("this drill-down does not read the judge's store") if self.clicks is None else
+                  self.clicks.of(query_id, partitions, {*grades, *(doc for ranked, _, _ in lists for doc in ranked)}))
+        for doc, entry in clicks["documents"].items():
+            # The other sources' grades beside the click model's: a rater's, where there is one.
+            entry["other_grades"] = {s: g for s, g in sources.get(doc, ("", {}))[1].items() if s != clicks["model"]}
         return {
             "query_id": query_id, "window": format_duration(question.window_ms), "now_ms": now,
             "buckets": [first, last], **self._edges(first, last), "cutoffs": list(self.measure.cutoffs),
@@ -317,7 +327,7 @@ class Explorer:
             "ideal_ordering": [{"doc_id": doc, "grade": grade, "source": sources[doc][0],
                                 "source_grades": sources[doc][1]} for doc, grade in ideal],
             "ideal_dcg": {str(k): ideal_dcg(gains, k) for k in self.measure.cutoffs},
-            "judgments": dict(sorted(judgments.items())),
+            "judgments": dict(sorted(judgments.items())), "clicks": clicks,
         }
 
     def judging_queue(self, question: Question) -> dict[str, Any]:

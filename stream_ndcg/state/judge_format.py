@@ -16,7 +16,9 @@ hashes, by their name after the prefix:
     pairs:<bucket>  JSON [query, document] -> impressions,clicks,examinations,last clicks|
                     rank:impressions,... (one hash per bucket, dropped whole when the horizon
                     passes it)
-    graded          JSON [query, document] -> the grade last emitted
+    graded          JSON [query, document] -> JSON [grade, boundary, {evidence}]: the judgment
+                    last emitted for the pair (`ts` = boundary), so that it can be read back
+                    (`stream-ndcg judgments export`, the drill-down) as it was published
 
 `JUDGE_FORMAT_VERSION` numbers this layout; a store records it with the state and refuses
 another (`check_judge_format`).
@@ -34,7 +36,7 @@ from stream_ndcg.click_state import JudgeState, Pair
 from stream_ndcg.errors import ConfigError
 
 # Bump it with any change to the layout above.
-JUDGE_FORMAT_VERSION = 1
+JUDGE_FORMAT_VERSION = 2
 META_FIELDS = ("clock", "closed", "boundaries", "emitted", "changed", "serial", "counts")
 PAIRS = "pairs:"
 
@@ -96,8 +98,8 @@ def writes(state: JudgeState) -> HashWrites:
     for (bucket, pair), counts in state.pairs.items():
         out.put(f"{PAIRS}{bucket}", pair_field(pair), None if counts is None else
                 f"{counts[0]},{counts[1]},{counts[2]},{counts[3]}|{','.join(f'{r}:{n}' for r, n in counts[4])}")
-    for pair, grade in state.graded.items():
-        out.put("graded", pair_field(pair), None if grade is None else repr(grade))
+    for pair, graded in state.graded.items():
+        out.put("graded", pair_field(pair), None if graded is None else _json(graded))
     return out
 
 
@@ -139,7 +141,16 @@ def state_of_fields(hashes: Hashes) -> JudgeState:
             by_rank = [[int(r), int(n)] for r, n in (item.split(":") for item in ranks.split(",") if item)]
             query, doc = orjson.loads(key)
             state.pairs[(bucket, (query, doc))] = [impressions, clicks, examinations, last_clicks, by_rank]
-    for key, value in hashes.get("graded", {}).items():
-        query, doc = orjson.loads(key)
-        state.graded[(query, doc)] = float(_text(value))
+    state.graded.update(graded_of_fields(hashes.get("graded", {})))
     return state
+
+
+def graded_of_fields(fields: Mapping[Any, Any]) -> dict[Pair, list[Any]]:
+    """The `graded` hash's pairs, each [grade, boundary, {evidence}] (fields as Redis gives them:
+    bytes or text)."""
+    graded: dict[Pair, list[Any]] = {}
+    for key, value in fields.items():
+        query, doc = orjson.loads(key)
+        grade, boundary, evidence = orjson.loads(value)
+        graded[(query, doc)] = [float(grade), boundary, evidence]
+    return graded

@@ -33,9 +33,19 @@ from typing import Any
 import orjson
 from redis.exceptions import RedisClusterException, RedisError
 
+from stream_ndcg.click_state import Pair
 from stream_ndcg.errors import FencedError, StoreUnavailable
 from stream_ndcg.state import judge_format
-from stream_ndcg.state.judge_store import JudgeCommit, Loaded, Status, ranks_of_text, ranks_text, status_of_meta
+from stream_ndcg.state.judge_store import (
+    Given,
+    JudgeCommit,
+    Loaded,
+    Status,
+    given_of,
+    ranks_of_text,
+    ranks_text,
+    status_of_meta,
+)
 from stream_ndcg.state.redis_reads import Client, text
 
 # KEYS epoch, meta, outbox, closed, then the state's hashes; ARGV epoch, expected offset ('' for
@@ -219,3 +229,24 @@ class RedisJudgeStore:
     def check(self) -> None:
         with self._round_trip("ping"):
             self.client.ping()
+
+    def recorded_format(self) -> str | None:
+        with self._round_trip("judge format read"):
+            found = self.client.get(f"{{{self.namespace}}}:judge:format")
+        return None if found is None else text(found)
+
+    def partitions(self) -> list[str]:
+        with self._round_trip("judge partitions read"):
+            return sorted(text(p) for p in self.client.smembers(f"{self.namespace}:judge:partitions"))
+
+    def graded(self, partition: str, pairs: Collection[Pair] | None = None) -> dict[Pair, Given]:
+        key = self._key(partition, "graded")
+        with self._round_trip("judge grades read"):
+            if pairs is None:
+                # By cursor: a partition may hold millions of pairs, and one HGETALL would block Redis.
+                found = dict(self.client.hscan_iter(key, count=1000))
+            else:
+                fields = [judge_format.pair_field(pair) for pair in pairs]
+                found = {f: v for f, v in zip(fields, self.client.hmget(key, fields) if fields else [], strict=True)
+                         if v is not None}
+        return given_of(judge_format.graded_of_fields(found))

@@ -20,7 +20,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from stream_ndcg.click_state import JudgeState
+from stream_ndcg.click_state import JudgeState, Pair
 from stream_ndcg.errors import FencedError
 from stream_ndcg.state import judge_format
 from stream_ndcg.state.judge_format import HashWrites
@@ -67,6 +67,18 @@ class JudgeCommit:
     figures: dict[str, str] = field(default_factory=dict)
 
 
+class Given(NamedTuple):
+    """A pair's grade as the judge last published it: at boundary `ts`, with its evidence."""
+
+    grade: float
+    ts: int
+    evidence: dict[str, int | float]
+
+
+def given_of(graded: Mapping[Pair, list[Any]]) -> dict[Pair, Given]:
+    return {pair: Given(*value) for pair, value in graded.items()}
+
+
 class JudgeStore(Protocol):
     def adopt(self) -> None:
         """Check the judge state's format version, or record it; ConfigError if it cannot be read."""
@@ -103,6 +115,18 @@ class JudgeStore(Protocol):
 
     def check(self) -> None:
         """Raise StoreUnavailable if the store cannot be reached."""
+        ...
+
+    def recorded_format(self) -> str | None:
+        """The judge state's format version as recorded (None: no judge ever adopted the store); read only."""
+        ...
+
+    def partitions(self) -> list[str]:
+        """Every partition ever claimed, sorted."""
+        ...
+
+    def graded(self, partition: str, pairs: Collection[Pair] | None = None) -> dict[Pair, Given]:
+        """The partition's pairs holding a grade (all, or those of `pairs`), as last published."""
         ...
 
 
@@ -191,6 +215,18 @@ class MemoryJudgeStore:
 
     def check(self) -> None:
         return None
+
+    def recorded_format(self) -> str | None:
+        return self.format
+
+    def partitions(self) -> list[str]:
+        return sorted(self._partitions)
+
+    def graded(self, partition: str, pairs: Collection[Pair] | None = None) -> dict[Pair, Given]:
+        held = self._partitions.get(partition, _Partition()).hashes.get("graded", {})
+        if pairs is not None:
+            held = {key: held[key] for key in map(judge_format.pair_field, pairs) if key in held}
+        return given_of(judge_format.graded_of_fields(held))
 
 
 def status_of_meta(meta: Mapping[Any, Any]) -> Status:

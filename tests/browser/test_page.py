@@ -91,7 +91,13 @@ def detail(query_id: str, params: dict[str, str]) -> dict[str, Any]:
             "judgments": {"d-good": [{"ts": NOW - 5000, "event_id": "j1", "grade": 2.0, "source": "raters"},
                                      {"ts": NOW - 1000, "event_id": "j2", "grade": 3.0, "source": "coec"}],
                           IMG_ID: [{"ts": NOW - 3000, "event_id": SCRIPT_ID, "grade": 1.0, "source": "raters"},
-                                   {"ts": NOW - 2000, "event_id": "j4", "grade": None, "source": "raters"}]}}
+                                   {"ts": NOW - 2000, "event_id": "j4", "grade": None, "source": "raters"}]},
+            "clicks": {"available": True, "reason": None, "model": "coec", "documents": {
+                IMG_ID: {"grade": 0.0, "ts": NOW - 3_600_000, "score": 0.25, "other_grades": {},
+                         "evidence": {"impressions": 40, "clicks": 1, "expected_clicks": 4.0}},
+                "d-good": {"grade": 3.0, "ts": NOW - 3_600_000, "score": 2.0,
+                           "other_grades": {"raters": None, "sdbn": 1.0},
+                           "evidence": {"impressions": 20, "clicks": 6, "expected_clicks": 3.0}}}}}
 
 
 PAIRS = [{"query_id": SCRIPT_ID, "doc_id": IMG_ID, "exposure": 30.0, "share": 0.5, "best_rank": 1,
@@ -270,6 +276,15 @@ def test_sorting_views_and_the_fragment(canned: Canned) -> None:
             == [["coec", "raters retracted, coec 3, sdbn 1"], ["raters", "raters -1"]]
         history = page.eval_on_selector_all("#judgment-history tbody td.source", "cs => cs.map(c => c.textContent)")
         assert history == ["raters", "coec", "raters", "raters"]
+        # Each document's grade from clicks, its evidence and score, beside the other sources' grades;
+        # a document graded by raters alone too.
+        clicks = page.eval_on_selector_all("#click-evidence tbody tr", "rows => rows.map(r => [...r.cells].map(c => "
+                                           "c.textContent))")
+        decided = "2023-11-14 21:13:20 UTC"
+        assert clicks == [["d-good", "20", "6", "3.000", "2.000", "3", "raters retracted, sdbn 1", decided],
+                          [IMG_ID, "40", "1", "4.000", "0.250", "0", "", decided],
+                          ["d-neg", "", "", "", "", "none", "raters -1", ""]]
+        assert "COEC" in (page.text_content("#clicks-caption") or "")
     assert tab.errors == []
 
 

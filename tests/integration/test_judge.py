@@ -1,17 +1,23 @@
 """`stream-ndcg judge` against a real Kafka broker and a real Redis: simulated clicks (a
 position-based model of hidden true grades) through `judge`, killed with -9 mid-stream, give the
 judgments `replay --click-model` decides on the same events, and `run` reading them gives the
-replay's nDCG, to 1e-9 (event clock)."""
+replay's nDCG, to 1e-9 (event clock); `judgments export` then writes what the judge published
+last per pair, as JSON lines and as qrels that pytrec_eval reads, and `run`'s drill-down in the
+judge's namespace shows the same grades and evidence."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+import pytrec_eval
 from kafka import KafkaConsumer
 
 from stream_ndcg import wiring
@@ -81,6 +87,28 @@ def published(bootstrap: str, topic: str, want: int, timeout: float = 120) -> tu
     return sorted(seen.values(), key=lambda m: (m["ts"], m["query_id"], m["doc_id"])), raw
 
 
+def export(env: dict[str, str], form: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "stream_ndcg.cli", "judgments", "export", "--format", form],
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def assert_exported(env: dict[str, str], published: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The export, with the judge's settings, is the last judgment published per pair, the
+    retracted left out; the qrels hold the same grades as integers."""
+    last: dict[tuple[str, str], dict[str, Any]] = {}
+    for message in published:  # in time order
+        last[(message["query_id"], message["doc_id"])] = message
+    current = [message for _, message in sorted(last.items()) if message["grade"] is not None]
+    assert current and len(current) < len(last), "the stream should grade pairs and retract some"
+    assert [orjson.loads(line) for line in export(env, "jsonl").splitlines()] == current
+    qrels = pytrec_eval.parse_qrel(export(env, "qrels").splitlines())
+    assert {(q.replace("%20", " "), d): r for q, docs in qrels.items() for d, r in docs.items()} == \
+        {(m["query_id"], m["doc_id"]): int(m["grade"]) for m in current}
+    return current
+
+
 def test_judge_killed_mid_stream_and_run_on_its_judgments_equal_the_replay(
         kafka: KafkaBroker, redis_server: Any, services: list[Service], tmp_path: Path) -> None:
     topic = create_topic(kafka.bootstrap, partitions=3)
@@ -113,12 +141,21 @@ def test_judge_killed_mid_stream_and_run_on_its_judgments_equal_the_replay(
         "events"]["click"]
     assert any(name == "stream_ndcg_judge_ctr" for name, _ in samples)
     assert judge.stop() == 0
+    current = assert_exported(env, got)
 
-    # run reads the same topic: the judgments are on their queries' partitions there.
+    # run reads the same topic: the judgments are on their queries' partitions there. In the judge's
+    # namespace, its drill-down shows the judge's grades and evidence.
     run = Service(service_environment(kafka.bootstrap, redis_server.url, STREAM_NDCG_TOPICS=topic,
-                                      STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_K="5,10"), tmp_path)
+                                      STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_K="5,10",
+                                      STREAM_NDCG_NAMESPACE=env["STREAM_NDCG_NAMESPACE"]), tmp_path)
     services.append(run)
     run.start()
     samples = wait_for_messages(run, len(messages) + raw)
     assert expect_equal_to_replay(samples, summary, "1d", CUTOFFS) == compared_gauges()
+    query_id = current[0]["query_id"]
+    status, detail = run.api(f"/api/v1/queries/{query_id}?window=1d")
+    assert status == 200 and detail["clicks"]["available"], detail
+    shown = detail["clicks"]["documents"]
+    assert {doc: (entry["grade"], entry["ts"], entry["evidence"]) for doc, entry in shown.items()} \
+        == {m["doc_id"]: (m["grade"], m["ts"], m["evidence"]) for m in current if m["query_id"] == query_id}
     assert run.stop() == 0

@@ -92,3 +92,24 @@ class JudgeStoreContract:
         store.commit([JudgeCommit("t:3", epoch, ClickJudge(SETTINGS).changes(), 1, None,
                                   figures={"grades": '{"1.0": 2}'})])
         assert store.figures()["t:3"]["grades"] == '{"1.0": 2}'
+
+    def test_each_graded_pair_reads_back_as_its_last_judgment_published(self, store: JudgeStore) -> None:
+        assert store.recorded_format() is None and store.partitions() == []
+        store.adopt()
+        assert store.recorded_format() == str(judge_format.JUDGE_FORMAT_VERSION)
+        epoch = store.claim("t:0")
+        judge = ClickJudge(SETTINGS)
+        last: dict[tuple[str, str], dict[str, object]] = {}
+        for start, event in enumerate(click_events()):
+            for judgment in judge.add(event):
+                last[(judgment.query_id, judgment.doc_id)] = judgment.message()
+            store.commit([JudgeCommit("t:0", epoch, judge.changes(), start + 1, start or None)])
+        current = {pair: m for pair, m in last.items() if m["grade"] is not None}
+        assert current
+        assert store.partitions() == ["t:0"]
+        assert {pair: {"grade": g.grade, "ts": g.ts, "evidence": g.evidence}
+                for pair, g in store.graded("t:0").items()} == \
+            {pair: {"grade": m["grade"], "ts": m["ts"], "evidence": m["evidence"]} for pair, m in current.items()}
+        some = sorted(current)[:2]
+        assert set(store.graded("t:0", [*some, ("no such query", "d")])) == set(some)
+        assert store.graded("t:9") == {} and store.graded("t:0", []) == {}

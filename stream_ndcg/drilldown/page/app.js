@@ -491,7 +491,9 @@
       if (mine !== sequence.detail) return;
       showError($("detail-error"), error.message);
       for (const id of ["detail-summary", "detail-lists"]) clear($(id));
-      for (const id of ["ideal-ordering", "judgment-history"]) clear(document.querySelector("#" + id + " tbody"));
+      for (const id of ["ideal-ordering", "judgment-history", "click-evidence"]) {
+        clear(document.querySelector("#" + id + " tbody"));
+      }
       return;
     }
     if (mine !== sequence.detail) return;
@@ -608,6 +610,67 @@
     }
     if (Object.keys(answer.judgments).length === 0) {
       historyBody.append(el("tr", {}, [el("td", { colSpan: 5, className: "empty", text: "no judgments" })]));
+    }
+    renderClicks(answer);
+  }
+
+  // The evidence each model publishes, as columns: COEC's expected clicks, SDBN's cascade counts.
+  const EVIDENCE_COLUMNS = {
+    coec: [["impressions", "impressions", 0], ["clicks", "clicks", 0], ["expected_clicks", "expected clicks", 3]],
+    sdbn: [["impressions", "impressions", 0], ["examinations", "examinations", 0], ["clicks", "clicks", 0],
+           ["last_clicks", "last clicks", 0]],
+  };
+  const SCORE_RULE = {
+    coec: "score = clicks / expected clicks",
+    sdbn: "score = (clicks + 1) / (examinations + 2) \u00d7 (last clicks + 1) / (clicks + 2)",
+  };
+
+  // Per document: its grade from clicks with the evidence and score behind it, beside the grades of
+  // the other sources (a rater's); documents graded by other sources only show those.
+  function renderClicks(answer) {
+    const clicks = answer.clicks;
+    const head = clear(document.querySelector("#click-evidence thead"));
+    const body = clear(document.querySelector("#click-evidence tbody"));
+    if (!clicks.available) {
+      $("clicks-caption").textContent = "not available: " + clicks.reason;
+      return;
+    }
+    const model = clicks.model || "coec";
+    const columns = EVIDENCE_COLUMNS[model] || [];
+    $("clicks-caption").textContent = clicks.model
+      ? model.toUpperCase() + ", as the judge last published each grade: " + SCORE_RULE[model]
+        + "; a pair with fewer impressions than click_min_impressions has no grade"
+      : "no document of this query holds a grade from clicks (fewer impressions than click_min_impressions)";
+    head.append(el("tr", {}, [el("th", { text: "doc" }),
+                              ...columns.map(([, title]) => el("th", { className: "num", text: title })),
+                              el("th", { className: "num", text: "score" }),
+                              el("th", { className: "num", text: "click grade" }),
+                              el("th", { text: "other grades" }), el("th", { text: "decided" })]));
+    const others = {};
+    for (const entry of answer.ideal_ordering) {
+      others[entry.doc_id] = Object.fromEntries(Object.entries(entry.source_grades || {})
+        .filter(([source]) => source !== clicks.model));
+    }
+    const docs = Object.keys(clicks.documents).sort((a, b) =>
+      clicks.documents[b].score - clicks.documents[a].score || (a < b ? -1 : a > b ? 1 : 0));
+    for (const docId of Object.keys(others).sort()) {
+      if (!(docId in clicks.documents) && Object.keys(others[docId]).length) docs.push(docId);
+    }
+    for (const docId of docs) {
+      const entry = clicks.documents[docId];
+      const otherGrades = Object.entries(entry ? entry.other_grades : others[docId])
+        .map(([source, grade]) => source + " " + (grade === null ? "retracted" : gradeText(grade))).join(", ");
+      body.append(el("tr", { className: entry ? gradeClass(entry.grade) : "unjudged", dataset: { docId } }, [
+        el("td", { className: "id", text: docId }),
+        ...columns.map(([name, , digits]) => el("td", { className: "num",
+                                                     text: entry ? num(entry.evidence[name], digits) : "" })),
+        el("td", { className: "num", text: entry ? num(entry.score, 3) : "" }),
+        entry ? gradeCell(entry.grade) : el("td", { className: "num grade", text: "none" }),
+        el("td", { className: "source", text: otherGrades }),
+        el("td", { text: entry ? time(entry.ts) : "" })]));
+    }
+    if (docs.length === 0) {
+      body.append(el("tr", {}, [el("td", { colSpan: columns.length + 5, className: "empty", text: "no grades" })]));
     }
   }
 
