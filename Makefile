@@ -87,6 +87,8 @@ test-fuzz: venv
 test-simulation: venv
 	$(BIN)/pytest -m simulation -s -rA tests/simulation
 
+# The long chaos runs (tests marked slow): one broker and one Redis, then three KRaft nodes and a
+# Redis Cluster with replicas (500,000 events, 60 faults); about an hour, see docs/reliability.md.
 chaos: venv
 	$(BIN)/pytest -m slow -s tests
 
