@@ -20,10 +20,12 @@ from pathlib import Path
 from urllib.request import urlopen
 
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.harness.workloads import BATCH
 from stream_ndcg.devtools.servers import free_port
 from stream_ndcg.state.redis import RedisStore
+from stream_ndcg.vocabulary import MetricName
 
 
 class ServiceProcess:
@@ -59,6 +61,14 @@ class ServiceProcess:
                 pass
             time.sleep(0.2)
         raise RuntimeError(f"the service was not ready after {timeout:.0f} s")
+
+    def gauge(self, name: str) -> float | None:
+        """A gauge of the service's /metrics without labels, or None if it has none of that name."""
+        body = urlopen(self.metrics_url, timeout=5).read().decode()  # noqa: S310
+        for family in text_string_to_metric_families(body):
+            if family.name == name and family.samples:
+                return float(family.samples[0].value)
+        return None
 
     def sample_rss(self) -> None:
         peak = process_memory(self.process.pid, "VmHWM")
@@ -108,6 +118,13 @@ class CatchUp:
     peak_rss: int
     # Cores each kind of process kept busy meanwhile, on average ("service" sums the instances).
     cores: dict[str, float]
+    # Process CPU time (user + system, every thread) the services used per million events taken
+    # in, all instances together, and each instance's CPU seconds: the measure of scale-out that a
+    # machine whose cores Kafka and Redis share can show, where wall time cannot.
+    cpu_s_per_million: float
+    cpu_s_by_instance: list[float]
+    # Partitions each instance held when the catch-up ended (its assigned_partitions gauge).
+    partitions: list[int]
 
 
 def service_rate(bootstrap: str, redis_url: str, topic: str, total: int, namespace: str, instances: int = 1,
@@ -122,7 +139,7 @@ def service_rate(bootstrap: str, redis_url: str, topic: str, total: int, namespa
 
     def cpu() -> dict[str, float]:
         used = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        used["service"] = sum(cpu_seconds(service.process.pid) for service in services)
+        used.update({f"service{n}": cpu_seconds(service.process.pid) for n, service in enumerate(services)})
         return used
 
     first_at, first_count, first_cpu = 0.0, 0, {}
@@ -133,9 +150,15 @@ def service_rate(bootstrap: str, redis_url: str, topic: str, total: int, namespa
             if done and not first_at:
                 first_at, first_count, first_cpu = now, done, cpu()
             if done >= total:
-                cores = {name: round((seconds - first_cpu[name]) / (now - first_at), 2)
-                         for name, seconds in cpu().items()}
-                return CatchUp((done - first_count) / (now - first_at), services[0].peak_rss, cores)
+                spent = {name: seconds - first_cpu[name] for name, seconds in cpu().items()}
+                by_instance = [spent.pop(f"service{n}") for n in range(instances)]
+                cores = {name: round(seconds / (now - first_at), 2)
+                         for name, seconds in {**spent, "service": sum(by_instance)}.items()}
+                taken = done - first_count
+                partitions = [int(service.gauge(MetricName.ASSIGNED_PARTITIONS) or 0) for service in services]
+                return CatchUp(taken / (now - first_at), services[0].peak_rss, cores,
+                               round(1e6 * sum(by_instance) / taken, 2), [round(s, 2) for s in by_instance],
+                               partitions)
             services[0].sample_rss()
             time.sleep(0.05)
     finally:

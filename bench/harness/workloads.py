@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.admin import NewTopic
@@ -38,20 +39,29 @@ def workload(events: int, seed: int, judged_share: float = 1 / 3, start_ms: int 
     return list(Simulator(spec).messages())
 
 
-def bare_consumer_rate(bootstrap: str, topic: str, total: int) -> float:
-    """Events per second a bare kafka-python consumer reads and JSON-decodes the topic at, with
-    the service's batch size, from its first records to `total`."""
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"bare-{topic}", enable_auto_commit=False,
-                             auto_offset_reset="earliest", max_poll_records=BATCH)
-    seen, first = 0, 0.0
+@dataclass(frozen=True)
+class BareRun:
+    events_per_s: float
+    # Process CPU time (user + system, every thread of the bench's process) per event.
+    cpu_us_per_event: float
+
+
+def bare_consumer_rate(bootstrap: str, topic: str, total: int, run: str = "") -> BareRun:
+    """How fast and at what CPU cost a bare kafka-python consumer reads and JSON-decodes the topic,
+    reading committed records only and with the batch size, as the service does; from its first
+    records to `total`. Each `run` is a consumer group of its own, starting from offset 0."""
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"bare-{topic}{run}",
+                             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=BATCH,
+                             isolation_level="read_committed")
+    seen, first, first_cpu = 0, 0.0, 0.0
     try:
         while seen < total:
             for records in consumer.poll(timeout_ms=100, max_records=BATCH).values():
                 if not first:
-                    first = time.perf_counter()
+                    first, first_cpu = time.perf_counter(), time.process_time()
                 for record in records:
                     json.loads(record.value)
                 seen += len(records)
-        return seen / (time.perf_counter() - first)
+        return BareRun(seen / (time.perf_counter() - first), 1e6 * (time.process_time() - first_cpu) / seen)
     finally:
         consumer.close()
