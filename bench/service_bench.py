@@ -229,6 +229,7 @@ def main() -> int:
                                 "scale_cpu_ratio": round(two_cpu.cpu_s_per_million / service_cpu, 3),
                                 "two_instances_cpu_s": two_cpu.cpu_s_by_instance,
                                 "two_instances_partitions": two_cpu.partitions,
+                                "two_instances_spread_evenly": two_cpu.spread_evenly,
                                 "runs": {"bare_cpu_us_per_event": [round(r.cpu_us_per_event, 2) for r in bare_runs],
                                          "one_cpu_s_per_million": [r.cpu_s_per_million for r in one],
                                          "two_cpu_s_per_million": [r.cpu_s_per_million for r in two_runs]}}
@@ -339,7 +340,11 @@ def section(result: dict[str, Any]) -> str:
              f"{', '.join(map(str, runs['one_cpu_s_per_million']))}; two instances (both together) "
              f"{', '.join(map(str, runs['two_cpu_s_per_million']))}. In the two instances' best run each "
              f"held {' and '.join(map(str, tp['two_instances_partitions']))} partitions at the end and used "
-             f"{' and '.join(map(str, tp['two_instances_cpu_s']))} CPU-seconds.", ""]
+             f"{' and '.join(map(str, tp['two_instances_cpu_s']))} CPU-seconds, counted from "
+             + ("the first message taken in with the partitions spread evenly (after the group's rebalance)."
+                if tp["two_instances_spread_evenly"] else
+                "the first message taken in: the partitions were not yet spread evenly, the figure counts the "
+                "second instance's start and the rebalance."), ""]
     rows += [f"Cores busy while catching up (2 on this machine), one instance: {cores(tp['cores_one_instance'])}; two "
              f"instances of one group: {cores(tp['cores_two_instances'])}.", ""]
     kinds = mem[held[1]]["bytes_per_impression_by_kind"]

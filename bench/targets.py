@@ -104,8 +104,9 @@ TARGETS = (
            Direction.AT_MOST, 5, on="{events} events"),
     Target("scale-out, CPU per event", "service", ("throughput", "scale_cpu_ratio"),
            "service CPU-seconds per million events, two instances of one group / one instance",
-           Direction.AT_MOST, 1.1, on="{throughput[events]} events, partitions per instance "
-                                      "{throughput[two_instances_partitions]}"),
+           Direction.AT_MOST, 1.1,
+           on="{throughput[events]} events, partitions per instance {throughput[two_instances_partitions]} at the "
+              "end, spread evenly from the start of the count: {throughput[two_instances_spread_evenly]}"),
 )
 
 
