@@ -322,7 +322,8 @@ def section(result: dict[str, Any]) -> str:
         rows.append(f"| memory, {mem[key]['impressions']} impressions held | {mem[key]['redis_bytes_per_impression']}"
                     f" Redis bytes/impression; service peak RSS {mem[key]['service_peak_rss_mib']} MiB | | | "
                     "<= 150 bytes |")
-    rows += [f"| service RSS, {held[1]} vs {held[0]} impressions | | | {mem['rss_ratio']} | within 1.2 |", ""]
+    rows += [f"| service RSS, {mem[held[1]]['impressions']} vs {mem[held[0]]['impressions']} impressions held "
+             f"(--memory-impressions {held[1]}) | | | {mem['rss_ratio']} | within 1.2 |", ""]
     rows += [f"Time per event, in microseconds, next to the throughput: the service {cost['service']} in all "
              f"(one over its rate). Kafka's part: {cost['kafka_fetch']} to fetch (the bare consumer's time less its "
              f"json.loads). The batch pipeline run in the bench's process over the same messages in a catch-up's "
