@@ -41,7 +41,8 @@ PREAMBLE = """# Benchmark results
 Each `## ` section is written by its benchmark (`make bench` runs them all), which replaces it on
 every run, all but its `### Analysis`: a few sentences written by hand on what the figures say
 against their targets, kept as they are by the rewrite. Read the analysis again when the figures
-above it move.
+above it move. Each bench also records its figures in RESULTS.json beside this file, from which
+`python -m bench.targets` writes the Targets (issue #30) section.
 """
 
 
