@@ -43,7 +43,7 @@ def workload(events: int, seed: int, judged_share: float = 1 / 3, start_ms: int 
 @dataclass(frozen=True)
 class BareRun:
     events_per_s: float
-    # Process CPU time (user + system, every thread of the bench's process) per event.
+    # Process CPU time (user + system, every thread of the consumer's own process) per event.
     cpu_us_per_event: float
 
 
