@@ -92,7 +92,8 @@ test-simulation: venv
 chaos: venv
 	$(BIN)/pytest -m slow -s tests
 
-# Against a real local Kafka and Redis; several minutes. Results go to bench/RESULTS.md.
+# Against a real local Kafka and Redis; several minutes. Results go to bench/RESULTS.md (their figures
+# to bench/RESULTS.json); bench.targets, last, checks issue #30's targets against those figures.
 bench: venv
 	$(BIN)/python -m bench.replay_bench
 	$(BIN)/python -m bench.service_bench
@@ -102,6 +103,7 @@ bench: venv
 	$(BIN)/python -m bench.dedup_bench
 	$(BIN)/python -m bench.steady_bench
 	$(BIN)/python -m bench.wait_bench
+	$(BIN)/python -m bench.targets
 
 # The main job locally: Kafka, Redis, the service and live simulated traffic; Ctrl-C stops all of it.
 demo: venv

@@ -1,18 +1,21 @@
 """The service against a real local Kafka and Redis, each figure next to a baseline of the same run.
 
-    python -m bench.service_bench [--events 500000] [--quick]
+    python -m bench.service_bench [--events 500000] [--memory-impressions 1000000] [--quick]
 
 1. throughput: `stream-ndcg run` catching up a topic from offset 0 to zero lag, next to a bare
-   kafka-python consumer reading and JSON-decoding the same topic with the same settings; with
-   and without the drill-down (alternated, best of two each); two instances of one group; the
-   cores the services, Kafka and Redis kept busy meanwhile; the
-   time per event of each step of the batch pipeline, run in this process over the same messages;
+   kafka-python consumer reading (committed records) and JSON-decoding the same topic with the
+   same settings; with and without the drill-down; two instances of one group; each run's
+   process CPU time per event (CPU-seconds per million events), the bare consumer's included;
+   the four alternated, best of two each; the cores the services, Kafka and Redis kept busy
+   meanwhile; the time per event of each step of the batch pipeline, run in this process over
+   the same messages;
 2. latency: judgment-to-metric p50/p99 (produce time to the change visible in /metrics) under a
    paced load of half the measured throughput;
 3. flatness: time per judgment for a query with 10 impressions vs one with 100,000;
 4. memory: Redis bytes per impression held, and the service's peak RSS with N/10 vs N impressions.
 
-Prints one JSON line last and rewrites the service section of bench/RESULTS.md.
+Prints one JSON line last, rewrites the service section of bench/RESULTS.md and records its
+figures for bench/targets.py.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from bench.harness.pipeline import cost_breakdown
 from bench.harness.results import argument_parser, command, publish, stamp
 from bench.harness.servers import kafka_and_redis, redis_version
 from bench.harness.service_process import CatchUp, ServiceProcess, service_rate
-from bench.harness.workloads import BATCH, bare_consumer_rate, create_topic, workload
+from bench.harness.workloads import BATCH, BareRun, bare_consumer_rate, create_topic, workload
 from stream_ndcg.devtools.producer import produce
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
@@ -189,27 +192,47 @@ def main() -> int:
         topic = create_topic(kafka.bootstrap, "throughput")
         messages = workload(args.events, seed=1)
         produce(kafka.bootstrap, topic, messages)
-        bare = bare_consumer_rate(kafka.bootstrap, topic, len(messages))
-        # With and without the drill-down alternated, best of two each: one run apiece swung by
-        # 5-10% on this shared machine, as much as the difference measured.
-        without_rows: list[float] = []
+        # Each figure alternated with its baseline, best of two each: one run apiece swung by 5-10%
+        # on this shared machine, as much as the differences measured.
         servers = {"kafka": kafka.pid, "redis": server.pid}
+        bare_runs: list[BareRun] = []
         one: list[CatchUp] = []
+        without_rows: list[float] = []
+        two_runs: list[CatchUp] = []
         for round_ in range(2):
+            bare_runs.append(bare_consumer_rate(kafka.bootstrap, topic, len(messages), run=str(round_)))
             one.append(service_rate(kafka.bootstrap, server.url, topic, len(messages), f"throughput{round_}",
                                     servers=servers))
             without_rows.append(service_rate(kafka.bootstrap, server.url, topic, len(messages),
                                              f"no-drilldown{round_}", drilldown="false").events_per_s)
+            two_runs.append(service_rate(kafka.bootstrap, server.url, topic, len(messages), f"two{round_}",
+                                         instances=2, servers=servers))
         fastest = max(one, key=lambda run: run.events_per_s)
         service, without = fastest.events_per_s, max(without_rows)
-        two = service_rate(kafka.bootstrap, server.url, topic, len(messages), "two", instances=2, servers=servers)
-        pair = two.events_per_s
+        bare = max(run.events_per_s for run in bare_runs)
+        bare_cpu = min(run.cpu_us_per_event for run in bare_runs)
+        service_cpu = min(run.cpu_s_per_million for run in one)
+        two = max(two_runs, key=lambda run: run.events_per_s)
+        two_cpu = min(two_runs, key=lambda run: run.cpu_s_per_million)
         result["throughput"] = {"events": len(messages), "service_events_per_s": round(service),
                                 "bare_kafka_python_events_per_s": round(bare), "ratio": round(service / bare, 3),
                                 "without_drilldown_events_per_s": round(without),
                                 "drilldown_ratio": round(service / without, 3),
-                                "two_instances_events_per_s": round(pair), "scale_ratio": round(pair / service, 3),
-                                "cores_one_instance": fastest.cores, "cores_two_instances": two.cores}
+                                "two_instances_events_per_s": round(two.events_per_s),
+                                "scale_ratio": round(two.events_per_s / service, 3),
+                                "cores_one_instance": fastest.cores, "cores_two_instances": two.cores,
+                                # CPU seconds per million events is CPU µs per event.
+                                "service_cpu_us_per_event": service_cpu, "bare_cpu_us_per_event": round(bare_cpu, 2),
+                                "cpu_ratio": round(service_cpu / bare_cpu, 3),
+                                "one_instance_cpu_s_per_million": service_cpu,
+                                "two_instances_cpu_s_per_million": two_cpu.cpu_s_per_million,
+                                "scale_cpu_ratio": round(two_cpu.cpu_s_per_million / service_cpu, 3),
+                                "two_instances_cpu_s": two_cpu.cpu_s_by_instance,
+                                "two_instances_partitions": two_cpu.partitions,
+                                "two_instances_spread_evenly": two_cpu.spread_evenly,
+                                "runs": {"bare_cpu_us_per_event": [round(r.cpu_us_per_event, 2) for r in bare_runs],
+                                         "one_cpu_s_per_million": [r.cpu_s_per_million for r in one],
+                                         "two_cpu_s_per_million": [r.cpu_s_per_million for r in two_runs]}}
         print(json.dumps(result["throughput"]), file=sys.stderr)
         breakdown = cost_breakdown(server.url, messages, "breakdown")
         decode_started = time.perf_counter()
@@ -255,6 +278,8 @@ def main() -> int:
             print(json.dumps(memory[str(held)]), file=sys.stderr)
         small, large = memory[str(args.memory_impressions // 10)], memory[str(args.memory_impressions)]
         memory["rss_ratio"] = round(large["service_peak_rss_mib"] / small["service_peak_rss_mib"], 3)
+        memory["impressions_held"], memory["impressions_held_small"] = large["impressions"], small["impressions"]
+        memory["redis_bytes_per_impression"] = large["redis_bytes_per_impression"]
         result["memory"] = memory
         client.close()
 
@@ -264,7 +289,7 @@ def main() -> int:
 def section(result: dict[str, Any]) -> str:
     tp, lat, flat, mem = result["throughput"], result["latency"], result["flatness"], result["memory"]
     cost, by_size = result["cost_us_per_event"], result["batch_size_cost_us_per_event"]
-    held = [k for k in mem if k != "rss_ratio"]
+    held = [k for k in mem if k.isdigit()]
     latency_row = (f"| judgment-to-metric latency at {lat['load_events_per_s']} events/s | "
                    + (f"p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms ({lat['probes']} probes) | | | p99 < 150 ms |"
                       if "error" not in lat else f"not measured: {lat['error']} | | | p99 < 150 ms |"))
@@ -282,8 +307,13 @@ def section(result: dict[str, Any]) -> str:
         f"{tp['bare_kafka_python_events_per_s']} events/s (bare kafka-python + json.loads) | {tp['ratio']} | >= 0.5 |",
         f"| throughput with the drill-down's upkeep (best of 2, alternated) | {tp['service_events_per_s']} events/s | "
         f"{tp['without_drilldown_events_per_s']} events/s (drilldown=false) | {tp['drilldown_ratio']} | >= 0.9 |",
+        f"| CPU per event, process CPU time (best of 2, alternated) | {tp['service_cpu_us_per_event']} µs | "
+        f"{tp['bare_cpu_us_per_event']} µs (bare kafka-python + json.loads) | {tp['cpu_ratio']} | <= 3 |",
         f"| two instances of one group | {tp['two_instances_events_per_s']} events/s | "
-        f"{tp['service_events_per_s']} events/s (one) | {tp['scale_ratio']} | >= 1.7 |",
+        f"{tp['service_events_per_s']} events/s (one) | {tp['scale_ratio']} | |",
+        f"| scale-out: CPU-seconds per million events, two instances of one group (best of 2) | "
+        f"{tp['two_instances_cpu_s_per_million']} s | {tp['one_instance_cpu_s_per_million']} s (one) | "
+        f"{tp['scale_cpu_ratio']} | <= 1.1 |",
         latency_row,
         f"| time per judgment, 10 vs {flat['big_impressions']} impressions | {flat['big_ms']} ms | "
         f"{flat['small_ms']} ms | {flat['ratio']} | < 1.5 |",
@@ -292,7 +322,8 @@ def section(result: dict[str, Any]) -> str:
         rows.append(f"| memory, {mem[key]['impressions']} impressions held | {mem[key]['redis_bytes_per_impression']}"
                     f" Redis bytes/impression; service peak RSS {mem[key]['service_peak_rss_mib']} MiB | | | "
                     "<= 150 bytes |")
-    rows += [f"| service RSS, {held[1]} vs {held[0]} impressions | | | {mem['rss_ratio']} | within 1.2 |", ""]
+    rows += [f"| service RSS, {mem[held[1]]['impressions']} vs {mem[held[0]]['impressions']} impressions held "
+             f"(--memory-impressions {held[1]}) | | | {mem['rss_ratio']} | within 1.2 |", ""]
     rows += [f"Time per event, in microseconds, next to the throughput: the service {cost['service']} in all "
              f"(one over its rate). Kafka's part: {cost['kafka_fetch']} to fetch (the bare consumer's time less its "
              f"json.loads). The batch pipeline run in the bench's process over the same messages in a catch-up's "
@@ -304,6 +335,17 @@ def section(result: dict[str, Any]) -> str:
              f"first {SMALL_BATCH_EVENTS} messages taken as they arrive, over all partitions, {SMALL_BATCH} at a "
              f"time (what the latency phase's load leaves the service) costs {by_size[str(SMALL_BATCH)]} per event, "
              f"against {by_size[str(BATCH)]} {BATCH} at a time.", ""]
+    runs = tp["runs"]
+    rows += [f"CPU per event in each run, in µs (CPU-seconds per million events), in the order run: bare consumer "
+             f"{', '.join(map(str, runs['bare_cpu_us_per_event']))}; one instance "
+             f"{', '.join(map(str, runs['one_cpu_s_per_million']))}; two instances (both together) "
+             f"{', '.join(map(str, runs['two_cpu_s_per_million']))}. In the two instances' best run each "
+             f"held {' and '.join(map(str, tp['two_instances_partitions']))} partitions at the end and used "
+             f"{' and '.join(map(str, tp['two_instances_cpu_s']))} CPU-seconds, counted from "
+             + ("the first message taken in with the partitions spread evenly (after the group's rebalance)."
+                if tp["two_instances_spread_evenly"] else
+                "the first message taken in: the partitions were not yet spread evenly, the figure counts the "
+                "second instance's start and the rebalance."), ""]
     rows += [f"Cores busy while catching up (2 on this machine), one instance: {cores(tp['cores_one_instance'])}; two "
              f"instances of one group: {cores(tp['cores_two_instances'])}.", ""]
     kinds = mem[held[1]]["bytes_per_impression_by_kind"]

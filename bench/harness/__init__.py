@@ -1,8 +1,9 @@
 """What the benchmarks of bench/ share; each bench imports from here, never from another bench.
 
     results.py          bench/RESULTS.md: a section per bench, rewritten by it, and the
-                        hand-written analysis under it that the rewrite keeps; the flags and
-                        the command line every bench reports
+                        hand-written analysis under it that the rewrite keeps; each bench's
+                        figures recorded in RESULTS.json beside it (for bench/targets.py); the
+                        flags and the command line every bench reports
     servers.py          a Kafka broker and a redis-server on loopback for one bench run
     workloads.py        the simulated Zipf workload, its topic, and the bare kafka-python consumer
                         that reads it as a baseline

@@ -13,9 +13,14 @@ by hand and kept as they are whenever the benchmark rewrites the section.
 
     (a few sentences by hand: what the figures say against the target; kept)
 
-A bench ends with `publish`, which rewrites its section and prints its result:
+A bench ends with `publish`, which rewrites its section, records its result and prints it:
 
     return publish(args.results, "## Scrapes\\n\\n| figure | ... |\\n", result)
+
+The results are recorded machine-readably beside the results file, in RESULTS.json (`figures_file`):
+one entry per bench, named by its result's "bench", with the command and time of its run; a run
+replaces its bench's entry and leaves the others. bench/targets.py reads them for the table of
+targets, so that a target's figure is the one its bench measured, never copied by hand.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ PREAMBLE = """# Benchmark results
 Each `## ` section is written by its benchmark (`make bench` runs them all), which replaces it on
 every run, all but its `### Analysis`: a few sentences written by hand on what the figures say
 against their targets, kept as they are by the rewrite. Read the analysis again when the figures
-above it move.
+above it move. Each bench also records its figures in RESULTS.json beside this file, from which
+`python -m bench.targets` writes the Targets (issue #30) section.
 """
 
 
@@ -124,9 +130,30 @@ def stamp() -> str:
     return f"{datetime.now(UTC):%Y-%m-%d %H:%M UTC}"
 
 
+def figures_file(results: Path) -> Path:
+    """Where the benches' results are recorded, beside the results file `results`."""
+    return results.with_suffix(".json")
+
+
+def recorded(results: Path) -> dict[str, Any]:
+    """The entries recorded beside the results file, by bench: {"command", "date", "result"};
+    none if nothing was recorded yet."""
+    path = figures_file(results)
+    return dict(json.loads(path.read_text())) if path.exists() else {}
+
+
+def record(results: Path, result: dict[str, Any]) -> None:
+    """The result of a bench (its "bench" naming it) recorded beside the results file, in place
+    of that bench's previous entry."""
+    entries = recorded(results)
+    entries[result["bench"]] = {"command": command(sys.argv[0]), "date": stamp(), "result": result}
+    figures_file(results).write_text(json.dumps(entries, indent=1, sort_keys=True) + "\n")
+
+
 def publish(path: Path, section: str, result: dict[str, Any]) -> int:
-    """A bench's last step: its section written to `path`, its result printed as one JSON line;
-    the exit status."""
+    """A bench's last step: its section written to `path`, its result recorded beside it and
+    printed as one JSON line; the exit status."""
     write_section(path, section)
+    record(path, result)
     print(json.dumps(result))
     return 0

@@ -20,10 +20,12 @@ from pathlib import Path
 from urllib.request import urlopen
 
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
-from bench.harness.workloads import BATCH
+from bench.harness.workloads import BATCH, PARTITIONS
 from stream_ndcg.devtools.servers import free_port
 from stream_ndcg.state.redis import RedisStore
+from stream_ndcg.vocabulary import MetricName
 
 
 class ServiceProcess:
@@ -59,6 +61,14 @@ class ServiceProcess:
                 pass
             time.sleep(0.2)
         raise RuntimeError(f"the service was not ready after {timeout:.0f} s")
+
+    def gauge(self, name: str) -> float | None:
+        """A gauge of the service's /metrics without labels, or None if it has none of that name."""
+        body = urlopen(self.metrics_url, timeout=5).read().decode()  # noqa: S310
+        for family in text_string_to_metric_families(body):
+            if family.name == name and family.samples:
+                return float(family.samples[0].value)
+        return None
 
     def sample_rss(self) -> None:
         peak = process_memory(self.process.pid, "VmHWM")
@@ -108,13 +118,23 @@ class CatchUp:
     peak_rss: int
     # Cores each kind of process kept busy meanwhile, on average ("service" sums the instances).
     cores: dict[str, float]
+    # Process CPU time (user + system, every thread) the services used per million events taken
+    # in, all instances together, and each instance's CPU seconds: the measure of scale-out that a
+    # machine whose cores Kafka and Redis share can show, where wall time cannot.
+    cpu_s_per_million: float
+    cpu_s_by_instance: list[float]
+    # Partitions each instance held when the catch-up ended (its assigned_partitions gauge), and
+    # whether they were spread evenly when the figures began to be counted.
+    partitions: list[int | None]
+    spread_evenly: bool
 
 
 def service_rate(bootstrap: str, redis_url: str, topic: str, total: int, namespace: str, instances: int = 1,
                  servers: Mapping[str, int | None] | None = None, **settings: str) -> CatchUp:
     """`instances` services of one group catching the topic up (on the event clock): their
-    events/s from the first message taken in to the `total`th, the peak RSS of the first, and the
-    cores they and the `servers` (name -> pid: Kafka, Redis) used meanwhile."""
+    events/s, process CPU time per event and the cores they and the `servers` (name -> pid: Kafka,
+    Redis) used, from the first message taken in with the partitions spread evenly over the
+    instances to the `total`th; the peak RSS of the first."""
     client = redis.Redis.from_url(redis_url)
     services = [ServiceProcess(bootstrap, redis_url, topic, namespace, clock="event", **settings)
                 for _ in range(instances)]
@@ -122,23 +142,55 @@ def service_rate(bootstrap: str, redis_url: str, topic: str, total: int, namespa
 
     def cpu() -> dict[str, float]:
         used = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        used["service"] = sum(cpu_seconds(service.process.pid) for service in services)
+        used.update({f"service{n}": cpu_seconds(service.process.pid) for n, service in enumerate(services)})
         return used
 
-    first_at, first_count, first_cpu = 0.0, 0, {}
+    # Counted from a moment the partitions are spread evenly: before that, one instance may hold
+    # them all while the other is still starting, and its start-up and the rebalance would count
+    # as the cost of an instance more. The moment of the first message taken in stands in, with
+    # `spread_evenly` false, when the catch-up ends before that.
+    first: tuple[float, int, dict[str, float]] | None = None
+    even: tuple[float, int, dict[str, float]] | None = None
     try:
         while True:
             done = counted(client, namespace)
             now = time.perf_counter()
-            if done and not first_at:
-                first_at, first_count, first_cpu = now, done, cpu()
-            if done >= total:
-                cores = {name: round((seconds - first_cpu[name]) / (now - first_at), 2)
-                         for name, seconds in cpu().items()}
-                return CatchUp((done - first_count) / (now - first_at), services[0].peak_rss, cores)
+            if done and first is None:
+                first = (now, done, cpu())
+            if done and even is None and spread_evenly(held_partitions(services)):
+                even = (now, done, cpu())
+            if done >= total and first is not None:
+                started, first_count, first_cpu = even or first
+                spent = {name: seconds - first_cpu[name] for name, seconds in cpu().items()}
+                by_instance = [spent.pop(f"service{n}") for n in range(instances)]
+                cores = {name: round(seconds / (now - started), 2)
+                         for name, seconds in {**spent, "service": sum(by_instance)}.items()}
+                taken = done - first_count
+                return CatchUp(taken / (now - started), services[0].peak_rss, cores,
+                               round(1e6 * sum(by_instance) / taken, 2), [round(s, 2) for s in by_instance],
+                               held_partitions(services), even is not None)
             services[0].sample_rss()
             time.sleep(0.05)
     finally:
         for service in services:
             service.stop()
         client.close()
+
+
+def held_partitions(services: list[ServiceProcess]) -> list[int | None]:
+    """The partitions each service holds (its assigned_partitions gauge); None for one whose
+    /metrics does not answer yet."""
+    held: list[int | None] = []
+    for service in services:
+        try:
+            gauge = service.gauge(MetricName.ASSIGNED_PARTITIONS)
+        except OSError:
+            gauge = None
+        held.append(None if gauge is None else int(gauge))
+    return held
+
+
+def spread_evenly(held: list[int | None]) -> bool:
+    """Every partition of the topic held, by instances holding as many as each other, give or take one."""
+    counts = [n for n in held if n is not None]
+    return len(counts) == len(held) and sum(counts) == PARTITIONS and max(counts) - min(counts) <= 1

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
+from multiprocessing import get_context
 
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.admin import NewTopic
@@ -38,20 +40,48 @@ def workload(events: int, seed: int, judged_share: float = 1 / 3, start_ms: int 
     return list(Simulator(spec).messages())
 
 
-def bare_consumer_rate(bootstrap: str, topic: str, total: int) -> float:
-    """Events per second a bare kafka-python consumer reads and JSON-decodes the topic at, with
-    the service's batch size, from its first records to `total`."""
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"bare-{topic}", enable_auto_commit=False,
-                             auto_offset_reset="earliest", max_poll_records=BATCH)
-    seen, first = 0, 0.0
+@dataclass(frozen=True)
+class BareRun:
+    events_per_s: float
+    # Process CPU time (user + system, every thread of the consumer's own process) per event.
+    cpu_us_per_event: float
+
+
+# How long the bare consumer may go without a record before it counts as stuck.
+STALL_S = 60
+
+
+def bare_consumer_rate(bootstrap: str, topic: str, total: int, run: str = "") -> BareRun:
+    """How fast and at what CPU cost a bare kafka-python consumer reads and JSON-decodes the topic,
+    reading committed records only and with the batch size, as the service does; from its first
+    records to `total`. Each `run` is a consumer group of its own, starting from offset 0.
+
+    The consumer runs in a process of its own, so that the CPU time is its alone, as the service's
+    is; one that gets no record for STALL_S (seen once, a second consumer in the bench's process
+    polling nothing for minutes under load) is replaced by a fresh one, once."""
+    with get_context("spawn").Pool(1) as pool:
+        try:
+            return pool.apply(_bare_consumer, (bootstrap, topic, total, run))
+        except TimeoutError:
+            return pool.apply(_bare_consumer, (bootstrap, topic, total, f"{run}-again"))
+
+
+def _bare_consumer(bootstrap: str, topic: str, total: int, run: str) -> BareRun:
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"bare-{topic}{run}",
+                             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=BATCH,
+                             isolation_level="read_committed")
+    seen, first, first_cpu, last = 0, 0.0, 0.0, time.perf_counter()
     try:
         while seen < total:
             for records in consumer.poll(timeout_ms=100, max_records=BATCH).values():
                 if not first:
-                    first = time.perf_counter()
+                    first, first_cpu = time.perf_counter(), time.process_time()
                 for record in records:
                     json.loads(record.value)
                 seen += len(records)
-        return seen / (time.perf_counter() - first)
+                last = time.perf_counter()
+            if time.perf_counter() - last > STALL_S:
+                raise TimeoutError(f"the bare consumer got no record for {STALL_S} s, {seen} of {total} read")
+        return BareRun(seen / (time.perf_counter() - first), 1e6 * (time.process_time() - first_cpu) / seen)
     finally:
         consumer.close()

@@ -10,6 +10,8 @@ import pytest
 
 from bench.harness.figures import percentile, timings
 from bench.harness.results import ANALYSIS, PREAMBLE, RESULTS, Section, sections, write_section
+from bench.harness.service_process import spread_evenly
+from bench.harness.workloads import PARTITIONS
 
 BEFORE = f"""# Benchmark results
 
@@ -134,3 +136,12 @@ def test_percentiles_are_nearest_rank() -> None:
     assert percentile([5.0], 99) == 5.0
     assert timings([0.010, 0.030, 0.020]) == {"p50_ms": 20.0, "p99_ms": 30.0}
     assert timings([0.25, 0.5], unit="s", digits=3) == {"p50_s": 0.375, "p99_s": 0.5}
+
+
+def test_partitions_are_spread_evenly_when_all_are_held_and_no_instance_holds_two_more() -> None:
+    assert spread_evenly([PARTITIONS])
+    assert spread_evenly([PARTITIONS // 2, PARTITIONS - PARTITIONS // 2])
+    assert not spread_evenly([PARTITIONS, 0])
+    # One instance not answering yet, or a rebalance under way (partitions held by no one).
+    assert not spread_evenly([PARTITIONS, None])
+    assert not spread_evenly([1, 1])
