@@ -38,11 +38,13 @@ def workload(events: int, seed: int, judged_share: float = 1 / 3, start_ms: int 
     return list(Simulator(spec).messages())
 
 
-def bare_consumer_rate(bootstrap: str, topic: str, total: int) -> float:
-    """Events per second a bare kafka-python consumer reads and JSON-decodes the topic at, with
-    the service's batch size, from its first records to `total`."""
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"bare-{topic}", enable_auto_commit=False,
-                             auto_offset_reset="earliest", max_poll_records=BATCH)
+def bare_consumer_rate(bootstrap: str, topic: str, total: int, *more_topics: str,
+                       isolation_level: str = "read_uncommitted", group_id: str | None = None) -> float:
+    """Events per second a bare kafka-python consumer reads and JSON-decodes the topic (and
+    `more_topics`) at, with the service's batch size, from its first records to `total`."""
+    consumer = KafkaConsumer(topic, *more_topics, bootstrap_servers=bootstrap, group_id=group_id or f"bare-{topic}",
+                             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=BATCH,
+                             isolation_level=isolation_level)
     seen, first = 0, 0.0
     try:
         while seen < total:
