@@ -10,7 +10,8 @@ settings (judge_interval 1h, click_bucket 1d) decides a judgment boundary every 
 1. throughput, each catching up a topic from offset 0 (event clock), alternated round by round,
    best of `--rounds` each: a bare kafka-python consumer (read_committed, + json.loads), `run`,
    and `judge` (each judge round on a topic of its own: it publishes its judgments to the topic it
-   reads); the issue's target is judge at least half of run's rate;
+   reads); the issue's target is judge at least half of run's rate. Beside them, `judge` with
+   judge_interval 1d, which decides at most one boundary over the stream: what the boundaries cost;
 2. the same events as UBI 1.3.0 documents (a query per search, a click event per click, keyed by
    UBI query_id): `ubi-bridge` catching up, next to the bare consumer reading both UBI topics;
 3. memory: Redis bytes per click the judge's state holds (MEMORY USAGE over its keys / clicks
@@ -56,6 +57,15 @@ Messages = list[tuple[bytes, bytes]]
 TARGET = 0.5
 # Functions of the profile reported, by their own time.
 PROFILE_TOP = 12
+# The steps of the judge's loop in the profile: (module, function) -> what it does.
+STEPS = {("stream_ndcg.source.kafka", "poll"): "poll Kafka",
+         ("stream_ndcg.click_judge", "add"): "apply impressions and clicks",
+         ("stream_ndcg.judge_boundaries", "close"): "close a boundary (rank counts)",
+         ("stream_ndcg.click_judge", "emit"): "decide a boundary (grade every pair)",
+         ("stream_ndcg.click_judge", "changes"): "the batch's changes as plain data",
+         ("stream_ndcg.state.judge_redis", "commit"): "commit (payload and Redis script)",
+         ("stream_ndcg.judge_loop", "_publish"): "publish judgments",
+         ("stream_ndcg.click_judge", "from_state"): "load the state (claims)"}
 
 
 def searches_and_clicks(events: int) -> Messages:
@@ -132,11 +142,12 @@ def catch_up(service: ServiceProcess, progress: Callable[[], int], wanted: int, 
         service.stop()
 
 
-def judge_rate(bootstrap: str, redis_url: str, topic: str, total_records: int, namespace: str) -> float:
+def judge_rate(bootstrap: str, redis_url: str, topic: str, total_records: int, namespace: str,
+               **settings: str) -> float:
     client = redis.Redis.from_url(redis_url)
     try:
         service = ServiceProcess(bootstrap, redis_url, topic, namespace, command="judge", clock="event",
-                                 judge_group_id=f"judge-{namespace}")
+                                 judge_group_id=f"judge-{namespace}", **settings)
         return catch_up(service, lambda: judge_taken(client, namespace), total_records)
     finally:
         client.close()
@@ -179,7 +190,13 @@ def profile_judge(bootstrap: str, redis_url: str, topic: str, total_records: int
     areas: dict[str, float] = {}
     for (path, _, _), (_, _, own, _, _) in entries.items():
         areas[area(path)] = areas.get(area(path), 0.0) + own / loop
+    steps: dict[str, float] = {}
+    for (path, _, name), (_, _, _, cumulative, _) in entries.items():
+        step = STEPS.get((area(path), name))
+        if step is not None:
+            steps[step] = steps.get(step, 0.0) + cumulative / loop
     return {"seconds": round(elapsed, 1), "records": total_records,
+            "steps": {step: round(steps.get(step, 0.0), 3) for step in STEPS.values()},
             "areas": {name: round(share, 3) for name, share in sorted(areas.items(), key=lambda kv: -kv[1])},
             "top": [{"function": f"{os.path.basename(path)}:{line}({name})", "own_share": round(own / loop, 3),
                      "cumulative_share": round(cumulative / loop, 3), "calls": calls}
@@ -210,7 +227,8 @@ def main() -> int:
     queries, events = ubi_documents(messages)
     result: dict[str, Any] = {"bench": "judge", "events": len(messages), "clicks": clicks,
                               "impressions": len(messages) - clicks}
-    rates: dict[str, list[float]] = {"bare": [], "run": [], "judge": [], "bare_ubi": [], "bridge": []}
+    rates: dict[str, list[float]] = {"bare": [], "run": [], "judge": [], "judge_1d": [], "bare_ubi": [],
+                                     "bridge": []}
     with kafka_and_redis("judge") as (kafka, server):
         client = redis.Redis.from_url(server.url)
         topic = create_topic(kafka.bootstrap, "events")
@@ -229,6 +247,10 @@ def main() -> int:
             rates["judge"].append(judge_rate(kafka.bootstrap, server.url, judged, len(messages), f"judge{round_}"))
             if rates["judge"][-1] == max(rates["judge"]):
                 best_judge = f"judge{round_}"
+            daily = create_topic(kafka.bootstrap, f"judge-1d{round_}")
+            produce(kafka.bootstrap, daily, messages)
+            rates["judge_1d"].append(judge_rate(kafka.bootstrap, server.url, daily, len(messages), f"judge-1d{round_}",
+                                                judge_interval="1d"))
             rates["bare_ubi"].append(bare_consumer_rate(kafka.bootstrap, ubi[0], len(queries) + len(events), ubi[1],
                                                         isolation_level="read_committed",
                                                         group_id=f"bare-ubi{round_}"))
@@ -252,6 +274,7 @@ def main() -> int:
     result["rates"] = {name: [round(r) for r in values] for name, values in rates.items()}
     result["ratios"] = {"judge_to_bare": round(best["judge"] / best["bare"], 3),
                         "judge_to_run": round(best["judge"] / best["run"], 3),
+                        "judge_1d_to_run": round(best["judge_1d"] / best["run"], 3),
                         "run_to_bare": round(best["run"] / best["bare"], 3),
                         "bridge_to_bare": round(best["bridge"] / best["bare_ubi"], 3),
                         "bridge_to_run": round(best["bridge"] / best["run"], 3)}
@@ -285,6 +308,8 @@ def section(result: dict[str, Any], rounds: int) -> str:
         f"| `run` on the same events | {runs('run')} | {ratios['run_to_bare']} of bare | |",
         f"| `judge` on the same events | {runs('judge')} | {ratios['judge_to_bare']} of bare, "
         f"**{ratios['judge_to_run']} of run** | >= {TARGET} of run ({judge_ok}) |",
+        f"| `judge`, judge_interval 1d (at most one boundary in the stream) | {runs('judge_1d')} | "
+        f"{ratios['judge_1d_to_run']} of run | |",
         f"| bare consumer on the two UBI topics | {runs('bare_ubi')} | | |",
         f"| `ubi-bridge` on the UBI documents | {runs('bridge')} | {ratios['bridge_to_bare']} of bare, "
         f"{ratios['bridge_to_run']} of run | |",
@@ -298,6 +323,9 @@ def section(result: dict[str, Any], rounds: int) -> str:
         f"cProfile of the judge's loop in the bench's process over the same events ({prof['records']:,} records "
         f"in {prof['seconds']} s under the profiler), the {PROFILE_TOP} functions of most own time, as shares "
         "of the loop's time:",
+        "",
+        "Steps of the loop, their cumulative time as shares of the loop's: "
+        + ", ".join(f"{step} {share}" for step, share in prof["steps"].items()) + ".",
         "",
         "Own time by whose code it is: " + ", ".join(f"{name} {share}" for name, share in prof["areas"].items()
                                                    if share >= 0.01) + " (the rest under 0.01 each).",
