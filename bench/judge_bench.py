@@ -16,8 +16,8 @@ settings (judge_interval 1h, click_bucket 1d) decides a judgment boundary every 
    UBI query_id): `ubi-bridge` catching up, next to the bare consumer reading both UBI topics;
 3. memory: Redis bytes per click the judge's state holds (MEMORY USAGE over its keys / clicks
    taken in), by key kind;
-4. a cProfile of the judge's loop run in this process over a topic of the same events: where its
-   time goes.
+4. a cProfile of the judge's loop, and of the bridge's, run in this process over the same events:
+   where their time goes.
 
 Prints one JSON line last and rewrites the judge section of bench/RESULTS.md.
 """
@@ -25,12 +25,11 @@ Prints one JSON line last and rewrites the judge section of bench/RESULTS.md.
 from __future__ import annotations
 
 import cProfile
-import io
 import json
 import os
 import platform
-import pstats
 import sys
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -42,23 +41,23 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.harness.figures import memory_by_kind
+from bench.harness.profiles import markdown, shares
 from bench.harness.results import argument_parser, command, publish, stamp
 from bench.harness.servers import kafka_and_redis, redis_version
 from bench.harness.service_process import ServiceProcess, service_rate
 from bench.harness.workloads import BATCH, bare_consumer_rate, create_topic
-from stream_ndcg import judge_service
+from stream_ndcg import judge_service, ubi_bridge
 from stream_ndcg.config import Settings
 from stream_ndcg.devtools.producer import produce
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.state.judge_redis import RedisJudgeStore
+from stream_ndcg.ubi import UbiCounts
 from stream_ndcg.vocabulary import CLICK, JUDGMENT, MetricName, total
 
 Messages = list[tuple[bytes, bytes]]
 TARGET = 0.5
-# Functions of the profile reported, by their own time.
-PROFILE_TOP = 12
-# The steps of the judge's loop in the profile: (module, function) -> what it does.
-STEPS = {("stream_ndcg.source.kafka", "poll"): "poll Kafka",
+# The steps of the judge's loop and the bridge's in their profiles: (module, function) -> what it does.
+JUDGE_STEPS = {("stream_ndcg.source.kafka", "poll"): "poll Kafka",
          ("stream_ndcg.click_judge", "add"): "apply impressions and clicks",
          ("stream_ndcg.judge_boundaries", "close"): "close a boundary (rank counts)",
          ("stream_ndcg.click_judge", "emit"): "decide a boundary (grade every pair)",
@@ -66,6 +65,13 @@ STEPS = {("stream_ndcg.source.kafka", "poll"): "poll Kafka",
          ("stream_ndcg.state.judge_redis", "commit"): "commit (payload and Redis script)",
          ("stream_ndcg.judge_loop", "_publish"): "publish judgments",
          ("stream_ndcg.click_judge", "from_state"): "load the state (claims)"}
+BRIDGE_STEPS = {("stream_ndcg.source.kafka", "poll"): "poll Kafka",
+                ("stream_ndcg.ubi", "add_query"): "join a UBI query",
+                ("stream_ndcg.ubi", "add_event"): "join a UBI event",
+                ("stream_ndcg.ubi", "contract_message"): "the contract's messages",
+                ("stream_ndcg.ubi_bridge", "send"): "send",
+                ("stream_ndcg.ubi_bridge", "flush"): "flush (acks from the brokers)",
+                ("stream_ndcg.source.kafka", "commit"): "commit offsets"}
 
 
 def searches_and_clicks(events: int) -> Messages:
@@ -161,8 +167,7 @@ def bridge_rate(bootstrap: str, redis_url: str, topics: tuple[str, str], total_r
 
 
 def profile_judge(bootstrap: str, redis_url: str, topic: str, total_records: int) -> dict[str, Any]:
-    """The judge's loop in this process under cProfile until it has taken the topic in: each of
-    the functions of most own time, with its share of the loop's time."""
+    """The judge's loop in this process under cProfile until it has taken the topic in."""
     namespace = "judge-profile"
     settings = Settings.load(flags={"bootstrap_servers": bootstrap, "redis_url": redis_url, "topics": topic,
                                     "namespace": namespace, "judge_group_id": namespace, "clock": "event",
@@ -183,36 +188,36 @@ def profile_judge(bootstrap: str, redis_url: str, topic: str, total_records: int
         processor.close()
         exporter.close()
         client.close()
-    stats = pstats.Stats(profiler, stream=io.StringIO())
-    entries = stats.stats  # type: ignore[attr-defined]
-    loop = sum(own for (_, _, own, _, _) in entries.values())
-    ranked = sorted(entries.items(), key=lambda item: -item[1][2])[:PROFILE_TOP]
-    areas: dict[str, float] = {}
-    for (path, _, _), (_, _, own, _, _) in entries.items():
-        areas[area(path)] = areas.get(area(path), 0.0) + own / loop
-    steps: dict[str, float] = {}
-    for (path, _, name), (_, _, _, cumulative, _) in entries.items():
-        step = STEPS.get((area(path), name))
-        if step is not None:
-            steps[step] = steps.get(step, 0.0) + cumulative / loop
-    return {"seconds": round(elapsed, 1), "records": total_records,
-            "steps": {step: round(steps.get(step, 0.0), 3) for step in STEPS.values()},
-            "areas": {name: round(share, 3) for name, share in sorted(areas.items(), key=lambda kv: -kv[1])},
-            "top": [{"function": f"{os.path.basename(path)}:{line}({name})", "own_share": round(own / loop, 3),
-                     "cumulative_share": round(cumulative / loop, 3), "calls": calls}
-                    for (path, line, name), (_, calls, own, cumulative, _) in ranked]}
+    return {"seconds": round(elapsed, 1), "records": total_records, **shares(profiler, JUDGE_STEPS)}
 
 
-def area(path: str) -> str:
-    """Whose code a profiled function is: a module of stream_ndcg, kafka-python, redis-py, C
-    built-ins (sockets, locks, JSON), or the rest of the standard library."""
-    if path == "~":
-        return "built-ins"
-    parts = path.split(os.sep)
-    for package, name in (("stream_ndcg", None), ("kafka", "kafka-python"), ("redis", "redis-py")):
-        if package in parts:
-            return name or ".".join(parts[parts.index(package):]).removesuffix(".py")
-    return "standard library"
+def profile_bridge(bootstrap: str, topics: tuple[str, str], total_records: int) -> dict[str, Any]:
+    """The bridge's loop in this process under cProfile until it has read both topics."""
+    settings = Settings.load(flags={"bootstrap_servers": bootstrap, "ubi_queries_topic": topics[0],
+                                    "ubi_events_topic": topics[1], "ubi_output_topic": "bridge-profile-out",
+                                    "ubi_group_id": "bridge-profile", "batch_size": str(BATCH)})
+    counts = UbiCounts()
+    bridge, _, sink = ubi_bridge.build(settings, counts=counts)
+
+    def stop_when_read() -> None:
+        while sum(counts.read.values()) < total_records and not done.is_set():
+            time.sleep(0.05)
+        bridge.shutdown()
+
+    done = threading.Event()
+    watcher = threading.Thread(target=stop_when_read, daemon=True)
+    profiler = cProfile.Profile()
+    started = time.perf_counter()
+    watcher.start()
+    try:
+        profiler.enable()
+        bridge.run()
+        profiler.disable()
+    finally:
+        done.set()
+        sink.close()
+    return {"seconds": round(time.perf_counter() - started, 1), "records": total_records,
+            **shares(profiler, BRIDGE_STEPS)}
 
 
 def main() -> int:
@@ -269,6 +274,7 @@ def main() -> int:
         profiled = create_topic(kafka.bootstrap, "profile")
         produce(kafka.bootstrap, profiled, messages)
         result["profile"] = profile_judge(kafka.bootstrap, server.url, profiled, len(messages))
+        result["bridge_profile"] = profile_bridge(kafka.bootstrap, ubi, len(queries) + len(events))
         client.close()
     best = {name: max(values) for name, values in rates.items()}
     result["rates"] = {name: [round(r) for r in values] for name, values in rates.items()}
@@ -320,22 +326,12 @@ def section(result: dict[str, Any], rounds: int) -> str:
         + ", ".join(f"{kind} {value}" for kind, value in mem["bytes_per_click_by_kind"].items())
         + f"; the judge held a grade for {mem['graded_pairs']:,} (query, document) pairs at the end of that round.",
         "",
-        f"cProfile of the judge's loop in the bench's process over the same events ({prof['records']:,} records "
-        f"in {prof['seconds']} s under the profiler), the {PROFILE_TOP} functions of most own time, as shares "
-        "of the loop's time:",
-        "",
-        "Steps of the loop, their cumulative time as shares of the loop's: "
-        + ", ".join(f"{step} {share}" for step, share in prof["steps"].items()) + ".",
-        "",
-        "Own time by whose code it is: " + ", ".join(f"{name} {share}" for name, share in prof["areas"].items()
-                                                   if share >= 0.01) + " (the rest under 0.01 each).",
-        "",
-        "| function | own | cumulative | calls |",
-        "|---|---:|---:|---:|",
-        *[f"| `{row['function']}` | {row['own_share']} | {row['cumulative_share']} | {row['calls']:,} |"
-          for row in prof["top"]],
-        "",
     ]
+    rows += markdown(f"the judge's loop in the bench's process over the same events ({prof['records']:,} records in "
+                     f"{prof['seconds']} s under the profiler)", prof)
+    bridge = result["bridge_profile"]
+    rows += markdown(f"the bridge's loop in the bench's process over the UBI documents ({bridge['records']:,} in "
+                     f"{bridge['seconds']} s under the profiler)", bridge)
     return "\n".join(rows)
 
 
