@@ -253,7 +253,7 @@ def main() -> int:
         best_judge = ""
         for round_ in range(args.rounds):
             rates["bare"].append(bare_consumer_rate(kafka.bootstrap, topic, len(messages),
-                                                    isolation_level="read_committed", group_id=f"bare{round_}"))
+                                                    isolation_level="read_committed"))
             run = service_rate(kafka.bootstrap, server.url, topic, len(messages), f"run{round_}")
             paces["run"].append(Pace(run.events_per_s, run.events_per_s / run.cores["service"]))
             judged = create_topic(kafka.bootstrap, f"judge{round_}")
@@ -266,8 +266,7 @@ def main() -> int:
             paces["judge_1d"].append(judge_rate(kafka.bootstrap, server.url, daily, len(messages), f"judge-1d{round_}",
                                                 judge_interval="1d"))
             rates["bare_ubi"].append(bare_consumer_rate(kafka.bootstrap, ubi[0], len(queries) + len(events), ubi[1],
-                                                        isolation_level="read_committed",
-                                                        group_id=f"bare-ubi{round_}"))
+                                                         isolation_level="read_committed"))
             paces["bridge"].append(bridge_rate(kafka.bootstrap, server.url, ubi, len(queries) + len(events),
                                                f"bridge{round_}"))
             for name, values in paces.items():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 
-from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
@@ -39,12 +39,17 @@ def workload(events: int, seed: int, judged_share: float = 1 / 3, start_ms: int 
 
 
 def bare_consumer_rate(bootstrap: str, topic: str, total: int, *more_topics: str,
-                       isolation_level: str = "read_uncommitted", group_id: str | None = None) -> float:
+                       isolation_level: str = "read_uncommitted") -> float:
     """Events per second a bare kafka-python consumer reads and JSON-decodes the topic (and
-    `more_topics`) at, with the service's batch size, from its first records to `total`."""
-    consumer = KafkaConsumer(topic, *more_topics, bootstrap_servers=bootstrap, group_id=group_id or f"bare-{topic}",
-                             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=BATCH,
-                             isolation_level=isolation_level)
+    `more_topics`) at, with the service's batch size, from its first records to `total`. Its
+    partitions are assigned, not taken in a group: kafka-python 3.0 sometimes stops fetching
+    after a group's rebalance (dpkp/kafka-python#3131), and a bench waiting for records hung."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                             max_poll_records=BATCH, isolation_level=isolation_level)
+    partitions = [TopicPartition(name, number) for name in (topic, *more_topics)
+                  for number in sorted(consumer.partitions_for_topic(name) or ())]
+    consumer.assign(partitions)
+    consumer.seek_to_beginning(*partitions)
     seen, first = 0, 0.0
     try:
         while seen < total:
