@@ -4,8 +4,8 @@ figure next to baselines of the same run.
     python -m bench.judge_bench [--events 200000] [--rounds 2] [--quick]
 
 The workload: the simulator's searches with clicks (position-based model of hidden true grades,
-`--clicks`), no rater judgments, about a day of event time, so that `judge` with its default
-settings (judge_interval 1h, click_bucket 1d) decides a judgment boundary every hour of it.
+`--clicks`), no rater judgments, about eleven hours of event time, so that `judge` with its
+default settings (judge_interval 1h, click_bucket 1d) decides a judgment boundary every hour of it.
 
 1. throughput, each catching up a topic from offset 0 (event clock), alternated round by round,
    best of `--rounds` each: a bare kafka-python consumer (read_committed, + json.loads), `run`,
@@ -75,8 +75,9 @@ BRIDGE_STEPS = {("stream_ndcg.source.kafka", "poll"): "poll Kafka",
 
 
 def searches_and_clicks(events: int) -> Messages:
-    """Zipf searches over 20,000 queries, two variants, and their clicks, at two events per second
-    of event time (a day in 200,000 events); the simulator's rater judgments left out."""
+    """Zipf searches over 20,000 queries, two variants, and their clicks, at two searches per second
+    of event time (the clicks come on top: eleven hours in 200,000 events); the simulator's rater
+    judgments left out."""
     spec = SimulationSpec(events=events, seed=11, queries=20_000, list_length=10, judged_share=0.0,
                           unshown_judged_share=0.0, rate=2.0, clicks=True)
     return [(k, v) for k, v in Simulator(spec).messages() if b'"judgment"' not in v]
@@ -239,8 +240,10 @@ def main() -> int:
     messages = searches_and_clicks(args.events)
     clicks = sum(1 for _, v in messages if b'"click"' in v)
     queries, events = ubi_documents(messages)
+    times = [orjson.loads(value)["ts"] for _, value in messages]
     result: dict[str, Any] = {"bench": "judge", "events": len(messages), "clicks": clicks,
-                              "impressions": len(messages) - clicks}
+                              "impressions": len(messages) - clicks,
+                              "event_hours": round((max(times) - min(times)) / 3_600_000, 1)}
     rates: dict[str, list[float]] = {name: [] for name in ("bare", "run", "judge", "judge_1d", "bare_ubi", "bridge")}
     paces: dict[str, list[Pace]] = {"run": [], "judge": [], "judge_1d": [], "bridge": []}
     with kafka_and_redis("judge") as (kafka, server):
@@ -322,7 +325,8 @@ def section(result: dict[str, Any], rounds: int) -> str:
         f"{redis_version()}, all on loopback",
         f"- command: `{command(__file__)}` (via `make bench`)",
         f"- workload: {result['events']:,} events ({result['impressions']:,} searches, {result['clicks']:,} clicks "
-        f"by the simulator's position-based model, no rater judgments), about a day of event time; as UBI 1.3.0 "
+        f"by the simulator's position-based model, no rater judgments), {result['event_hours']} hours of event time; "
+        f"as UBI 1.3.0 "
         f"documents, {result['ubi_documents']:,} (a query per search, a click event per click); 4 partitions; "
         f"each service catching up from offset 0 on the event clock with its default settings and a batch of "
         f"{BATCH}; rounds: {rounds}, alternated",
