@@ -200,7 +200,7 @@ def main() -> int:
         without_rows: list[float] = []
         two_runs: list[CatchUp] = []
         for round_ in range(2):
-            bare_runs.append(bare_consumer_rate(kafka.bootstrap, topic, len(messages), run=str(round_)))
+            bare_runs.append(bare_consumer_rate(kafka.bootstrap, topic, len(messages)))
             one.append(service_rate(kafka.bootstrap, server.url, topic, len(messages), f"throughput{round_}",
                                     servers=servers))
             without_rows.append(service_rate(kafka.bootstrap, server.url, topic, len(messages),

@@ -1,4 +1,4 @@
-"""`stream-ndcg run` in a process of its own, and what a bench reads of it: readiness, the
+"""`stream-ndcg run` (or another of its services) in a process of its own, and what a bench reads of it: readiness, the
 messages it has taken in, its memory and CPU time, a catch-up timed.
 
     service = ServiceProcess(kafka.bootstrap, redis_server.url, topic, "steady", clock="event")
@@ -29,11 +29,12 @@ from stream_ndcg.vocabulary import MetricName
 
 
 class ServiceProcess:
-    """The service reading `topic` into `namespace`, with the benches' batch size; `settings` are
-    more of its settings by name (clock="event"). Its log goes to a file in the temporary
-    directory, named after the namespace."""
+    """The service reading `topic` into `namespace`, with the benches' batch size; `command` is
+    the service (`run`, `judge`, `ubi-bridge`), `settings` are more of its settings by name
+    (clock="event"). Its log goes to a file in the temporary directory, named after the namespace."""
 
-    def __init__(self, bootstrap: str, redis_url: str, topic: str, namespace: str, **settings: str) -> None:
+    def __init__(self, bootstrap: str, redis_url: str, topic: str, namespace: str, *, command: str = "run",
+                 **settings: str) -> None:
         self.port = free_port()
         env = dict(os.environ, STREAM_NDCG_BOOTSTRAP_SERVERS=bootstrap, STREAM_NDCG_REDIS_URL=redis_url,
                    STREAM_NDCG_TOPICS=topic, STREAM_NDCG_GROUP_ID=f"svc-{namespace}",
@@ -43,7 +44,7 @@ class ServiceProcess:
                    **{f"STREAM_NDCG_{k.upper()}": v for k, v in settings.items()})
         self.log = Path(tempfile.gettempdir()) / f"stream-ndcg-bench-{namespace}.log"
         with open(self.log, "wb") as log:
-            self.process = subprocess.Popen([sys.executable, "-m", "stream_ndcg.cli", "run"], env=env,
+            self.process = subprocess.Popen([sys.executable, "-m", "stream_ndcg.cli", command], env=env,
                                             stdout=log, stderr=subprocess.STDOUT)
         self.peak_rss = 0
 

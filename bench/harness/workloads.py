@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from multiprocessing import get_context
 
-from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import NewTopic
 
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
@@ -51,25 +51,29 @@ class BareRun:
 STALL_S = 60
 
 
-def bare_consumer_rate(bootstrap: str, topic: str, total: int, run: str = "") -> BareRun:
-    """How fast and at what CPU cost a bare kafka-python consumer reads and JSON-decodes the topic,
-    reading committed records only and with the batch size, as the service does; from its first
-    records to `total`. Each `run` is a consumer group of its own, starting from offset 0.
+def bare_consumer_rate(bootstrap: str, topic: str, total: int, *more_topics: str) -> BareRun:
+    """How fast and at what CPU cost a bare kafka-python consumer reads and JSON-decodes the topic
+    (and `more_topics`), reading committed records only and with the batch size, as the service
+    does; from its first records to `total`, from offset 0.
 
     The consumer runs in a process of its own, so that the CPU time is its alone, as the service's
-    is; one that gets no record for STALL_S (seen once, a second consumer in the bench's process
-    polling nothing for minutes under load) is replaced by a fresh one, once."""
+    is. Its partitions are assigned, not taken in a group: kafka-python 3.0 sometimes stops fetching
+    after a group's rebalance (dpkp/kafka-python#3131), and a bench waiting for records hung. One
+    that still gets no record for STALL_S is replaced by a fresh one, once."""
     with get_context("spawn").Pool(1) as pool:
         try:
-            return pool.apply(_bare_consumer, (bootstrap, topic, total, run))
+            return pool.apply(_bare_consumer, (bootstrap, (topic, *more_topics), total))
         except TimeoutError:
-            return pool.apply(_bare_consumer, (bootstrap, topic, total, f"{run}-again"))
+            return pool.apply(_bare_consumer, (bootstrap, (topic, *more_topics), total))
 
 
-def _bare_consumer(bootstrap: str, topic: str, total: int, run: str) -> BareRun:
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"bare-{topic}{run}",
-                             enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=BATCH,
-                             isolation_level="read_committed")
+def _bare_consumer(bootstrap: str, topics: tuple[str, ...], total: int) -> BareRun:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                             max_poll_records=BATCH, isolation_level="read_committed")
+    partitions = [TopicPartition(name, number) for name in topics
+                  for number in sorted(consumer.partitions_for_topic(name) or ())]
+    consumer.assign(partitions)
+    consumer.seek_to_beginning(*partitions)
     seen, first, first_cpu, last = 0, 0.0, 0.0, time.perf_counter()
     try:
         while seen < total:
