@@ -81,7 +81,8 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
     publisher = KafkaPublisher(lambda: KafkaProducer(**producer_options))
     judge_options = JudgeOptions(topics=settings.topics, linger_ms=settings.linger, batch_size=settings.batch_size,
                                  start_from="earliest" if settings.auto_offset_reset == "earliest" else "latest",
-                                 idle_ms=settings.judge_idle, checks=wiring.record_checks(settings))
+                                 idle_ms=settings.judge_idle, checks=wiring.record_checks(settings),
+                                 wall_clock=settings.clock == "wall")
     processor = JudgeProcessor(KafkaSource(lambda: KafkaConsumer(**options)), store, publisher, exporter,
                                judge_options, wiring.click_judge(settings).settings)
     return processor, exporter
