@@ -5,7 +5,8 @@ The judge reads `topics` as a consumer group of its own (`judge_group_id`), keep
 the namespace of `run` (`{ns}:judge:...`), and publishes each judgment back to the topic and
 partition it was derived from: `run` keeps a query's state with the input partition its events
 come from, so a judgment must reach `run` on its query's partition of the same topic (the judge
-reads its own judgments there, and counts them as judgments it does not use).
+reads its own judgments there, and counts them as judgments it does not use). Its boundaries go
+by `clock` as `run`'s windows do: the wall clock, or each partition's event clock.
 """
 
 from __future__ import annotations
