@@ -1,4 +1,4 @@
-"""Judgments from clicks, decided at every `interval_ms` boundary of the event clock.
+"""Judgments from clicks, decided at every `interval_ms` boundary of a clock.
 
 Pure: standard library only. A `ClickJudge` reads one ordered stream of
 impressions and clicks (one partition's, or a replay file's), joins the clicks
@@ -8,7 +8,10 @@ are final (`click_models`), and at each boundary B of the clock (a multiple of
 changed: `ts` = B, `event_id` = "<model>@<B>", `source` = the model's name and
 `evidence` its counts, so anyone can check the grade (`ClickJudgment.message`).
 
-The clock is the greatest event time seen. Boundary B is decided when the first
+The clock is the greatest event time seen (`add`: the event clock), or the one
+the caller moves it to (`advance`, then `take` the events: `judge` on the wall
+clock, where an event's own time still places its impression in a bucket and
+starts its session). With `add`, boundary B is decided when the first
 event at or past B arrives, before that event is applied: its grades are those
 of the events that arrived before it (all of them earlier than B), with the
 impressions whose session ended before B (time + `session_ms` < B), over the
@@ -125,12 +128,17 @@ class ClickJudge:
         """Apply one event: first decide the boundaries its time passes (what they emit is
         returned), then take it in."""
         emitted = self.advance(event.ts)
+        self.take(event)
+        return emitted
+
+    def take(self, event: Impression | Click) -> None:
+        """Take one event in at the clock as it is (its time places it in a bucket, and starts its
+        session), without moving the clock: `judge` on the wall clock moves it with `advance`."""
         clock = event.ts if self.clock_ms is None else self.clock_ms
         if isinstance(event, Impression):
             self.sessions.impression(event, clock)
         else:
             self.sessions.click(event, clock)
-        return emitted
 
     def advance(self, to_ms: int) -> list[ClickJudgment]:
         """Move the clock to `to_ms` if that is later, deciding every boundary on the way."""

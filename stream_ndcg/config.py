@@ -170,8 +170,8 @@ class Settings:
         3_600_000, "how long an impression id is remembered after it was accepted (by the clock), so that a "
         "producer's resend of the same impression is dropped; an id seen again later is a new impression",
         values.duration(1000), metavar=DURATION)
-    clock: str = setting("wall", "what decides a window's edges: the wall clock or the newest event time",
-                         values.choice("wall", "event"), metavar="CLOCK", choices=("wall", "event"))
+    clock: str = setting("wall", "what decides window edges and judge's boundaries: the wall clock or the newest "
+                         "event time", values.choice("wall", "event"), metavar="CLOCK", choices=("wall", "event"))
     segment_labels: tuple[str, ...] = setting(
         ("variant",), "segment keys that become Prometheus labels, comma-separated", values.labels, metavar="LABEL,...")
     segment_cap: int = setting(20, "distinct values per label; later values become other, a missing key none",
@@ -246,7 +246,7 @@ class Settings:
     judge_group_id: str = setting("stream-ndcg-judge", "judge's Kafka consumer group", values.word, metavar="GROUP")
     judge_idle: int = setting(
         30_000, "how long a partition of judge has had nothing to read before it counts as past the boundary the "
-        "other partitions wait at", values.duration(0), metavar=DURATION)
+        "other partitions wait at, on the event clock", values.duration(0), metavar=DURATION)
     log_format: str = setting("text", "log lines as text or one JSON object each", values.choice("text", "json"),
                               metavar="FORMAT", choices=("text", "json"))
     log_level: str = setting("INFO", "lowest level logged (any case)", values.choice(*_LOG_LEVELS, fold=True),

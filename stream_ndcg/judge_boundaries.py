@@ -12,11 +12,20 @@ as another partition waits at it or at a later one (a partition that never had a
 the earliest boundary waited at), as Flink's sources mark a split idle after a timeout and leave
 it out of the watermark. An event that reaches it later for a time before that boundary is taken
 in after the boundary, as a late event (docs/click-judgments.md says when the replay matches).
+
+On the wall clock (`wall_boundary`) every partition's clock is the wall time, so none holds a
+boundary back for want of events: each closes B once the wall passes B, records or not. Only a
+partition's first boundary needs the others: its judge has no clock yet, or one set to the wall
+time while another partition, a moment ahead, closed the boundary just passed; it takes the
+boundary another waits at, or goes on from the last one decided.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection
+
+import orjson
 
 from stream_ndcg.click_judge import ClickJudge
 from stream_ndcg.click_models import RankCounts, summed
@@ -34,6 +43,15 @@ def close(judge: ClickJudge, boundary: int) -> tuple[int, list[list[int]]]:
     judge.close(boundary)
     ranks = judge.stats.rank_counts(judge.oldest_bucket(boundary))
     return boundary, [ranks.shown, ranks.clicked]
+
+
+def decide(judge: ClickJudge, boundary: int, ctr: RankCounts) -> tuple[list[bytes], dict[str, str]]:
+    """Emit `boundary`'s judgments with every partition's rank counts: the events to publish, and
+    the figures the exporter reads (pairs by grade, the CTR it was decided with)."""
+    outbox = [orjson.dumps(j.message()) for j in judge.emit(boundary, ctr)]
+    grades = Counter(f"{grade:g}" for grade in judge.graded.values())
+    return outbox, {"grades": orjson.dumps(dict(sorted(grades.items()))).decode(),
+                    "ctr": orjson.dumps([boundary, ctr.shown, ctr.clicked]).decode()}
 
 
 def decidable(boundary: int, partitions: Collection[str], statuses: Callable[[], dict[str, Status]],
@@ -62,3 +80,21 @@ def idle_boundary(partition: str, judge: ClickJudge, statuses: dict[str, Status]
     if own is None:
         return earliest
     return own if own <= earliest else None
+
+
+def wall_boundary(partition: str, judge: ClickJudge, now_ms: int,
+                  statuses: Callable[[], dict[str, Status]]) -> int | None:
+    """The boundary a partition closes on the wall clock at `now_ms`, None if none is due (the
+    judge's clock may then move to `now_ms`). A partition that never closed one reads the others:
+    it closes the earliest boundary another waits at (its clock may be past it: it started after
+    that boundary, and then grades its own pairs from its next one); with none waiting, a judge
+    without a clock starts at the last boundary any partition closed, all of them decided."""
+    if judge.closed is None:
+        found = {name: s for name, s in statuses().items() if name != partition}
+        waited = [s.waiting for s in found.values() if s.waiting is not None]
+        if waited:
+            return min(waited)
+        decided = [s.closed for s in found.values() if s.closed is not None]
+        if judge.clock_ms is None and decided:
+            judge.advance(max(decided))
+    return judge.due(now_ms)

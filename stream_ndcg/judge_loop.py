@@ -12,7 +12,9 @@ with every batch. The commit order of each cycle:
    counts they closed it with, summed: the judgments it emits go to the outbox; then queued
    records are applied until one passes a boundary not decided yet, which the judge closes
    and waits at (that record stays queued); a partition with nothing to read for
-   `idle_ms` closes the boundary another partition waits at (see docs/click-judgments.md);
+   `idle_ms` closes the boundary another partition waits at (see docs/click-judgments.md).
+   On the wall clock (`JudgeOptions.wall_clock`) a partition closes a boundary once the wall
+   time passes it, before it applies any record, and takes the records in at the wall time;
 3. every partition's changes, next offset, outbox additions and closed rank counts are
    committed, one atomic fenced script each (`JudgeStore.commit`);
 4. only then the outbox is published to the partition the judgments were derived from (acks
@@ -30,19 +32,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
-
-import orjson
 
 from stream_ndcg.backoff import Backoff
 from stream_ndcg.click_judge import ClickJudge, JudgeSettings
 from stream_ndcg.errors import ConsumerStalled, FencedError, RecoverableError, StoreUnavailable
 from stream_ndcg.events import Click, Impression, InvalidEvent, Judgment
 from stream_ndcg.exporter import Exporter
-from stream_ndcg.judge_boundaries import close, decidable, idle_boundary, waiting_at
+from stream_ndcg.judge_boundaries import close, decidable, decide, idle_boundary, waiting_at, wall_boundary
 from stream_ndcg.lag import LagReport
 from stream_ndcg.ownership import Ownership
 from stream_ndcg.pipeline import RecordChecks, checked_event
@@ -73,6 +73,8 @@ class JudgeOptions:
     # How long a partition has had nothing to read before it counts as past a boundary others wait at.
     idle_ms: int
     checks: RecordChecks = RecordChecks()
+    # Boundaries by the wall clock (`clock = wall`), not by each partition's greatest event time.
+    wall_clock: bool = False
 
 
 @dataclass
@@ -209,7 +211,8 @@ class JudgeProcessor:
             held.pending.extend(records[:room])
             held.idle_since = None
         self._refresh_partitions()
-        self._check_idle()
+        if not self.options.wall_clock:
+            self._check_idle()
         self._step()
         self._publish()
         self._claim_pending()
@@ -320,32 +323,43 @@ class JudgeProcessor:
         and the records it applied."""
         judge = held.judge
         claim = self.ownership.claim(partition)
+        # Where the commit leaves the partition if it applies nothing; known before anything changes,
+        # so that a boundary closed is always committed.
+        offset = claim.offset if claim.offset is not None else \
+            held.pending[0].offset if held.pending else self.source.position(partition)
+        if offset is None:
+            return None, 0
         outbox: list[bytes] = []
         figures: dict[str, str] = {}
-        prune = None
-        waiting = waiting_at(judge)
+        prune = waiting = waiting_at(judge)
         if waiting is not None:
             ctr = decidable(waiting, self._partitions, statuses, self.store, self.settings.max_rank)
             if ctr is None:
                 return None, 0
-            outbox = [orjson.dumps(j.message()) for j in judge.emit(waiting, ctr)]
-            prune = waiting
-            grades = Counter(f"{grade:g}" for grade in judge.graded.values())
-            figures = {"grades": orjson.dumps(dict(sorted(grades.items()))).decode(),
-                       "ctr": orjson.dumps([waiting, ctr.shown, ctr.clicked]).decode()}
-        offset = claim.offset
+            outbox, figures = decide(judge, waiting, ctr)
         applied = 0
         closed: tuple[int, list[list[int]]] | None = None
         now_ms = int(self.clock() * 1000)
-        while held.pending:
+        wall = self.options.wall_clock
+        if wall:
+            # Passing a boundary comes first: the records read after it are taken in after it.
+            boundary = wall_boundary(partition.name, judge, now_ms, statuses)
+            if boundary is None:
+                judge.advance(now_ms)
+            else:
+                closed = close(judge, boundary)
+        while held.pending and closed is None:
             record = held.pending[0]
             event = checked_event(record, self.options.checks, now_ms)
             if isinstance(event, Impression | Click):
-                boundary = judge.due(event.ts)
+                boundary = None if wall else judge.due(event.ts)
                 if boundary is not None:
                     closed = close(judge, boundary)
                     break
-                judge.add(event)
+                if wall:
+                    judge.take(event)
+                else:
+                    judge.add(event)
             elif isinstance(event, Judgment):
                 judge.count(JUDGMENT)
             elif isinstance(event, InvalidEvent):
@@ -353,8 +367,8 @@ class JudgeProcessor:
             held.pending.popleft()
             offset = record.offset + 1
             applied += 1
-        if closed is None and not held.pending and waiting_at(judge) is None and held.idle_since is not None \
-                and time.monotonic() - held.idle_since >= self.options.idle_ms / 1000:
+        if not wall and closed is None and not held.pending and waiting_at(judge) is None \
+                and held.idle_since is not None and time.monotonic() - held.idle_since >= self.options.idle_ms / 1000:
             boundary = idle_boundary(partition.name, judge, statuses())
             if boundary is not None:
                 logger.info("%s has had nothing to read for %s ms: it counts as past boundary %d", partition.name,
@@ -362,12 +376,6 @@ class JudgeProcessor:
                 closed = close(judge, boundary)
         if waiting is None and closed is None and not applied:
             return None, 0
-        if offset is None:
-            # Nothing was ever read from the partition: it goes on from where it would have started.
-            position = self.source.position(partition)
-            if position is None:
-                return None, 0
-            offset = position
         return JudgeCommit(partition.name, claim.epoch, judge.changes(), offset, claim.offset, outbox, closed,
                            prune, figures), applied
 

@@ -70,7 +70,7 @@ class JudgeCollector(Collector):
                                        "the last boundary decided: clicks over impressions with a result there.",
                                        labels=["pipeline", "rank"])
         boundary = GaugeMetricFamily(MetricName.JUDGE_BOUNDARY, "The last boundary judge decided (Unix seconds, "
-                                     "by the clock of the events).", labels=["pipeline"])
+                                     "by its clock: the wall's or the events').", labels=["pipeline"])
         if latest is not None:
             boundary.add_metric(pipeline, latest[0][0] / 1000)
             for rank, (shown, clicked) in enumerate(zip(latest[1], latest[2], strict=True), start=1):

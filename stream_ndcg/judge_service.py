@@ -5,7 +5,8 @@ The judge reads `topics` as a consumer group of its own (`judge_group_id`), keep
 the namespace of `run` (`{ns}:judge:...`), and publishes each judgment back to the topic and
 partition it was derived from: `run` keeps a query's state with the input partition its events
 come from, so a judgment must reach `run` on its query's partition of the same topic (the judge
-reads its own judgments there, and counts them as judgments it does not use).
+reads its own judgments there, and counts them as judgments it does not use). Its boundaries go
+by `clock` as `run`'s windows do: the wall clock, or each partition's event clock.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
     publisher = KafkaPublisher(lambda: KafkaProducer(**producer_options))
     judge_options = JudgeOptions(topics=settings.topics, linger_ms=settings.linger, batch_size=settings.batch_size,
                                  start_from="earliest" if settings.auto_offset_reset == "earliest" else "latest",
-                                 idle_ms=settings.judge_idle, checks=wiring.record_checks(settings))
+                                 idle_ms=settings.judge_idle, checks=wiring.record_checks(settings),
+                                 wall_clock=settings.clock == "wall")
     processor = JudgeProcessor(KafkaSource(lambda: KafkaConsumer(**options)), store, publisher, exporter,
                                judge_options, wiring.click_judge(settings).settings)
     return processor, exporter
