@@ -203,14 +203,7 @@ def create_replicated_topic(topology: Topology) -> str:
 
 @pytest.fixture(autouse=True)
 def refused_sockets_collected() -> Iterator[None]:
-    """The clients' sockets to killed nodes collected where the test made them: after the threads the
-    test left behind (kafka-python's, finishing a close) have ended, else they would be collected,
-    and reported, at the end of the session."""
-    before = set(threading.enumerate())
     yield
-    deadline = time.monotonic() + 30
-    for thread in set(threading.enumerate()) - before:
-        thread.join(timeout=max(0.0, deadline - time.monotonic()))
     collect_refused_sockets()
 
 

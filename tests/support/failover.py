@@ -72,9 +72,9 @@ def master_of(cluster: RedisClusterNodes, key: str) -> RedisServer:
 
 
 def collect_refused_sockets() -> None:
-    """kafka-python 3.0.12 leaves unclosed the socket of a connection that a stopped node refused
-    (its `sock_connect`), and redis-py its connections to a killed node: collect them where the test
-    made them, their ResourceWarning ignored, so that they are not reported against a later test."""
+    """redis-py's connections to a killed node, and kafka-python's to a stopped one: collected where
+    the test made them, their ResourceWarning ignored, rather than reported against a later test
+    (pyproject.toml ignores the sockets that never connected wherever they are collected)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
