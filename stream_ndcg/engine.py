@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from stream_ndcg.events import Click, Event, Impression, InvalidEvent, Judgment
-from stream_ndcg.metric import Measure, ideal_dcg, list_sums, pooled_ndcg, pooled_sums, score_list
+from stream_ndcg.metric import Measure, ideal_dcg, list_sums, pooled_ndcg, pooled_squares, pooled_sums, score_list
 from stream_ndcg.query_state import Group, QueryState, Revision, revision_of
 from stream_ndcg.rows import Row, group_row
 from stream_ndcg.vocabulary import (
@@ -29,13 +29,16 @@ from stream_ndcg.vocabulary import (
     IMPRESSION,
     IMPRESSIONS,
     JUDGMENT,
+    MOMENTS,
     TOO_OLD,
     UNLISTED_SOURCE,
     AggregateKey,
     Segment,
+    dcg_squares_at,
     duplicate,
     full_segment_key,
     judgment_from,
+    ndcg_squares_at,
     rejected,
 )
 from stream_ndcg.windows import oldest_kept_bucket
@@ -50,6 +53,10 @@ FORGET_AFTER_MAX_AGES = 2
 
 SegmentKeyFn = Callable[[Segment], str]
 
+
+def _lists_complete(group: Group) -> bool:
+    """Whether the group holds every list it counts: what its sums of squares are made of."""
+    return sum(group.lists.values()) == group.impressions
 
 
 
@@ -212,7 +219,7 @@ class Engine:
             group = state.groups[key] = Group()
         group.impressions += 1
         ranked = event.results[: self.measure.depth]
-        group.add_list(ranked, 1, self.measure.depth, keep_list=self.measure.ideal == "list")
+        group.add_list(ranked, 1, self.measure.depth)
         outcome.lists[(event.query_id, bucket, key[1], ranked)] = (
             outcome.lists.get((event.query_id, bucket, key[1], ranked), 0) + 1)
         todo.groups.add(key)
@@ -274,7 +281,10 @@ class Engine:
         renormalise = bool(todo.docs) and pool
         todo.dirty.update(todo.groups)
         for key, group in state.groups.items():
-            if key in todo.groups or not todo.docs.isdisjoint(group.ranks):
+            if (key in todo.groups or not todo.docs.isdisjoint(group.ranks)
+                    or (MOMENTS not in group.credited and _lists_complete(group))):
+                # Recomputed too: a group stored before the sums of squares were kept, whose lists
+                # are all known, takes them in (`state.format`).
                 # New impressions or a grade of one of its documents: its exposure figures go too.
                 group.forget_exposure()
                 totals = self._totals(group, grades, gains, ideals)
@@ -290,12 +300,19 @@ class Engine:
         """The group's sums, recomputed from its lists and the query's grades (and, under the pool
         ideal, their `gains`)."""
         totals: dict[str, float] = {IMPRESSIONS: float(group.impressions)}
+        # Without all its lists (a group of an older state format), a group's squares are unknown.
+        complete = MOMENTS in group.credited or _lists_complete(group)
         if self.measure.ideal == "list":
             totals.update(list_sums(((score_list(ranked, grades, self.measure), count)
                                      for ranked, count in group.lists.items()), self.measure.cutoffs))
+            for k in () if complete else self.measure.cutoffs:
+                del totals[dcg_squares_at(k)], totals[ndcg_squares_at(k)]
         else:
             judged = [(gains[doc], at) for doc, at in group.ranks.items() if doc in gains]
-            totals.update(pooled_sums(judged, group.impressions, ideals))
+            squares = pooled_squares(group.lists, gains, self.measure.cutoffs) if complete else None
+            totals.update(pooled_sums(judged, group.impressions, ideals, squares))
+        if complete:
+            totals[MOMENTS] = float(group.impressions)
         return totals
 
     @staticmethod

@@ -45,8 +45,8 @@ class Group:
     """The impressions of one query in one time bucket and one segment."""
 
     impressions: int = 0
-    # Each distinct list with its count; kept here only for the list ideal,
-    # which scores list by list (the store keeps them all for drill-down).
+    # Each distinct list with its count: the list ideal scores list by list, and under the pool
+    # ideal the sums of squares need each list's own DCG (the store also keeps them for drill-down).
     lists: dict[tuple[str, ...], int] = field(default_factory=dict)
     # What this group has added to the aggregates, per field: the engine adds
     # the difference whenever it recomputes the group.
@@ -65,11 +65,10 @@ class Group:
     # stored form, `state.format`) compares to know it is still theirs.
     ranks_changes: int = field(default=0, repr=False, compare=False)
 
-    def add_list(self, ranked: tuple[str, ...], count: int, depth: int, *, keep_list: bool) -> None:
+    def add_list(self, ranked: tuple[str, ...], count: int, depth: int) -> None:
         self.ranks_changes += 1
         self._exposure = None
-        if keep_list:
-            self.lists[ranked] = self.lists.get(ranked, 0) + count
+        self.lists[ranked] = self.lists.get(ranked, 0) + count
         shown = self._shown_at
         for rank, doc in first_occurrences(ranked, depth):
             at = self.ranks.setdefault(doc, {})

@@ -47,6 +47,21 @@ def judged_at(k: int) -> str:
     return f"judged@{k}"
 
 
+def dcg_squares_at(k: int) -> str:
+    """The sum of squares of DCG@k, over the impressions `dcg_at` sums: with it the variance."""
+    return f"dcg_sq@{k}"
+
+
+def ndcg_squares_at(k: int) -> str:
+    """The sum of squares of nDCG@k, over the impressions `ndcg_at` sums."""
+    return f"ndcg_sq@{k}"
+
+
+# How many impressions the sums of squares hold: all of them, but for groups stored in state
+# format 4 or earlier and not re-credited since (`state.format`), whose squares are unknown.
+MOMENTS: Final = "moments"
+
+
 def exposure_at(k: int) -> str:
     """The sum of the top-k exposure, 1 / log2(rank + 1) per distinct document at rank <= k
     (drill-down rows only: what the judging queue shares out)."""

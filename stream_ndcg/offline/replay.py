@@ -46,11 +46,14 @@ from stream_ndcg.vocabulary import (
     IMPRESSION,
     IMPRESSIONS,
     JUDGMENT,
+    MOMENTS,
     UNLISTED_SOURCE,
     dcg_at,
+    dcg_squares_at,
     full_segment_key,
     judged_at,
     ndcg_at,
+    ndcg_squares_at,
     scored_at,
 )
 from stream_ndcg.windows import means, oldest_kept_bucket, window_buckets
@@ -312,10 +315,12 @@ class ScoreTotals:
             judged.append(score.judged_ratio[k])
 
     def sums(self) -> dict[str, float]:
-        sums = {IMPRESSIONS: float(self.impressions)}
+        sums = {IMPRESSIONS: float(self.impressions), MOMENTS: float(self.impressions)}
         for k, (dcgs, ndcgs, judged) in self._terms.items():
             sums[dcg_at(k)] = math.fsum(dcgs)
+            sums[dcg_squares_at(k)] = math.fsum(value * value for value in dcgs)
             sums[ndcg_at(k)], sums[scored_at(k)] = ndcg_sums((value, 1) for value in ndcgs)
+            sums[ndcg_squares_at(k)] = math.fsum(value * value for value in ndcgs)
             sums[judged_at(k)] = math.fsum(judged)
         return sums
 
