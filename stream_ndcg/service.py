@@ -74,8 +74,11 @@ def run(settings: Settings) -> int:
     port = exporter.serve(settings.metrics_host, settings.metrics_port, ready=processor.ready)
     logger.info("metrics on http://%s:%d/metrics", settings.metrics_host, port)
     api = None
+    if settings.drilldown:
+        reader = explorer(settings, exporter.window_totals)
+        exporter.export_query_figures(reader.query_figures)
     if settings.api_port and settings.drilldown:
-        api = Api(explorer(settings, exporter.window_totals), token=settings.api_token)
+        api = Api(reader, token=settings.api_token)
         api_port = api.serve(settings.api_host, settings.api_port)
         logger.info("drill-down API and page on http://%s:%d/", settings.api_host, api_port)
     elif not settings.drilldown:

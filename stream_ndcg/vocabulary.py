@@ -182,6 +182,16 @@ class MetricName:
     JUDGED_RATIO: Final = f"{PREFIX}_judged_ratio"
     JUDGED_RATIO_NUMERATOR: Final = f"{PREFIX}_judged_ratio_numerator"
     IMPRESSIONS: Final = f"{PREFIX}_impressions"
+    NDCG_SQUARES: Final = f"{PREFIX}_ndcg_squares"
+    DCG_SQUARES: Final = f"{PREFIX}_dcg_squares"
+    SQUARED_IMPRESSIONS: Final = f"{PREFIX}_squared_impressions"
+    NDCG_STANDARD_ERROR: Final = f"{PREFIX}_ndcg_standard_error"
+    DCG_STANDARD_ERROR: Final = f"{PREFIX}_dcg_standard_error"
+    # From the drill-down's per-query sums: exported with drilldown = true only.
+    NDCG_CLUSTERED_STANDARD_ERROR: Final = f"{PREFIX}_ndcg_clustered_standard_error"
+    DCG_CLUSTERED_STANDARD_ERROR: Final = f"{PREFIX}_dcg_clustered_standard_error"
+    NDCG_QUERY_MEAN: Final = f"{PREFIX}_ndcg_query_mean"
+    QUERIES: Final = f"{PREFIX}_queries"
     # `judge`'s, read from its shared state at scrape time.
     JUDGE_EVENTS: Final = f"{PREFIX}_judge_events"
     JUDGE_EVENTS_REJECTED: Final = f"{PREFIX}_judge_events_rejected"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,9 @@ MAX_LIMIT = {"queries": 1000, "judging-queue": 10_000, "query": 1000}
 MAX_QUERY_ID = 512
 # Queries whose unjudged exposures the judging queue keeps between requests (the head of the queue).
 EXPOSURES_KEPT = 20_000
+# What the summary reports of `windows.means` per cut-off.
+SUMMARY_FIGURES = ("ndcg_mean", "ndcg_standard_error", "dcg_mean", "dcg_standard_error", "judged_ratio",
+                   "scored_impressions")
 _ORDERS = ("asc", "desc")
 _FORMATS = ("json", "jsonl", "csv")
 _KNOWN = {"window", "k", "sort", "order", "limit", "offset", "min_impressions", "vs", "format"}
@@ -219,18 +222,33 @@ class Explorer:
     def _buckets(self, question: Question, now_ms: int) -> tuple[int, int]:
         return self.view.window_buckets(now_ms, question.window_ms)
 
+    def query_figures(self, now_ms: int, wanted: Mapping[int, Iterable[tuple[str, ...]]]) -> dict[
+            int, dict[tuple[str, ...], list[dict[str, float | None]]]]:
+        """Per window and segment values in `wanted`, the figures over the window's queries per
+        cut-off (`index.QueryIndex.over_queries`): what the exporter exports beside the means."""
+        labels = self.view.segment_labels
+        with self._lock:
+            self._refresh(now_ms)
+            return {window: {values: self.index.over_queries(*self.view.window_buckets(now_ms, window),
+                                                              dict(zip(labels, values, strict=True)))
+                             for values in all_values}
+                    for window, all_values in wanted.items()}
+
     def summary(self, question: Question) -> dict[str, Any]:
-        """The window means per segment: the numbers the gauges show."""
+        """The window means per segment: the numbers the gauges show, each mean with its
+        impression-level and query-clustered standard errors, and the query-averaged means."""
         now = self._now_ms()
         first, last = self._buckets(question, now)
+        totals = self.window_totals.at(now)[question.window_ms]
+        over_queries = self.query_figures(now, {question.window_ms: list(totals)})[question.window_ms]
         rows = []
-        for values, sums in sorted(self.window_totals.at(now)[question.window_ms].items()):
+        for values, sums in sorted(totals.items()):
             by_k = means(sums, self.view.cutoffs)
             rows.append({
                 "segment": dict(zip(self.view.segment_labels, values, strict=True)),
                 "impressions": by_k[str(self.view.cutoffs[0])]["impressions"],
-                "k": {k: {name: row[name] for name in ("ndcg_mean", "dcg_mean", "judged_ratio", "scored_impressions")}
-                      for k, row in by_k.items()},
+                "k": {k: {**{name: row[name] for name in SUMMARY_FIGURES}, **over_queries[values][i]}
+                      for i, (k, row) in enumerate(by_k.items())},
             })
         return {"window": format_duration(question.window_ms),
                 "windows": [format_duration(w) for w in self.view.windows_ms],

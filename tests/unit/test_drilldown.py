@@ -20,8 +20,9 @@ from stream_ndcg.drilldown.explorer import Explorer, Question
 from stream_ndcg.engine import Engine
 from stream_ndcg.errors import BadParameter, NotFound
 from stream_ndcg.exporter import WindowView
-from stream_ndcg.metric import Ideal, ListScore, Measure, discount, first_occurrences, score_list
-from stream_ndcg.offline.replay import Replay, ScoreTotals
+from stream_ndcg.metric import Ideal, Measure, discount, first_occurrences, score_list
+from stream_ndcg.offline.replay import Replay
+from stream_ndcg.offline.totals import OVER_QUERIES, REPORTED, ScoreTotals
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.state.memory import MemoryStore
 from stream_ndcg.vocabulary import AggregateKey, full_segment_key, segment_values
@@ -109,12 +110,12 @@ def expected_records(replay: Replay, question: Question, measure: Measure) -> di
 def expected_summary(replay: Replay, window_ms: int, measure: Measure) -> dict[tuple[str, ...], dict[str, Any]]:
     """Per variant, the window's means, each impression scored from scratch."""
     first, last = window_of(replay, window_ms)
-    by_variant: dict[tuple[str, ...], list[ListScore]] = {}
+    by_variant: dict[tuple[str, ...], ScoreTotals] = {}
     for item in replay.scored():
         if first <= item.impression.ts // BUCKET <= last:
             variant = tuple(segment_values(full_segment_key(item.impression.segment), ("variant",)))
-            by_variant.setdefault(variant, []).append(item.score)
-    return {variant: ScoreTotals(measure.cutoffs, scores).means() for variant, scores in by_variant.items()}
+            by_variant.setdefault(variant, ScoreTotals(measure.cutoffs)).add(item.score, item.impression.query_id)
+    return {variant: totals.means() for variant, totals in by_variant.items()}
 
 
 def assert_summary_equal(answer: dict[str, Any], expected: dict[tuple[str, ...], dict[str, Any]]) -> None:
@@ -123,7 +124,8 @@ def assert_summary_equal(answer: dict[str, Any], expected: dict[tuple[str, ...],
     for variant, row in got.items():
         for k, figures in expected[variant].items():
             assert row["impressions"] == figures["impressions"]
-            for name in ("ndcg_mean", "dcg_mean", "judged_ratio", "scored_impressions"):
+            # The means with their errors, and the figures over the window's queries.
+            for name in (*REPORTED, *OVER_QUERIES, "scored_impressions"):
                 assert close(row["k"][k][name], figures[name]), (variant, k, name, row["k"][k][name], figures[name])
 
 

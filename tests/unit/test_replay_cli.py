@@ -46,7 +46,10 @@ def test_replay_reads_stdin_and_fails_on_an_unreadable_file(tmp_path: Path) -> N
     assert b"cannot read" in proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["k"]["10"] == {"ndcg_mean": None, "dcg_mean": 0.0, "judged_ratio": 0.0,
-                                  "scored_impressions": 0, "impressions": 1}
+                                  "scored_impressions": 0, "impressions": 1, "ndcg_standard_error": None,
+                                  "dcg_standard_error": None, "ndcg_clustered_standard_error": None,
+                                  "dcg_clustered_standard_error": None, "ndcg_query_mean": None,
+                                  "dcg_query_mean": 0.0, "queries": 1}
 
 
 def test_replay_rejects_bad_cutoffs(capsys: pytest.CaptureFixture[str]) -> None:
