@@ -63,8 +63,10 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
 def explorer(settings: Settings, window_totals: WindowTotals | None = None) -> Explorer:
     """The drill-down's reader, on a store of its own: its reads never touch the consumer's cache.
     Its summary reads `window_totals` (the exporter's, in `run`) if given."""
+    label, _, value = settings.control.partition("=")
     return Explorer(wiring.redis_store(settings), WindowView.from_settings(settings), settings.measure,
-                    settings.horizon, window_totals=window_totals)
+                    settings.horizon, window_totals=window_totals, control=(label, value) if settings.control else None,
+                    alpha=settings.alpha, n_star=settings.n_star)
 
 
 def run(settings: Settings) -> int:

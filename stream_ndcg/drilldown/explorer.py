@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stream_ndcg import rows
-from stream_ndcg.drilldown import index, queue
+from stream_ndcg.comparisons import ALPHA, N_STAR
+from stream_ndcg.drilldown import compare, index, queue
 from stream_ndcg.errors import BadParameter, NotFound
 from stream_ndcg.exporter import WindowTotals, WindowView
 from stream_ndcg.metric import Measure, ideal_dcg
@@ -42,7 +43,7 @@ SUMMARY_FIGURES = ("ndcg_mean", "ndcg_standard_error", "dcg_mean", "dcg_standard
                    "scored_impressions")
 _ORDERS = ("asc", "desc")
 _FORMATS = ("json", "jsonl", "csv")
-_KNOWN = {"window", "k", "sort", "order", "limit", "offset", "min_impressions", "vs", "format"}
+_KNOWN = {"window", "k", "sort", "order", "limit", "offset", "min_impressions", "vs", "format", "control"}
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class Question:
     segment: dict[str, str] = field(default_factory=dict)
     # None, "previous", or (label, value): another value of one segment label.
     vs: str | tuple[str, str] | None = None
+    # (label, value): what the summary compares every other value of the label with.
+    control: tuple[str, str] | None = None
     sort: str = "ndcg"
     descending: bool = False
     limit: int = 50
@@ -95,6 +98,9 @@ class Question:
                                              f"({', '.join(view.segment_labels) or 'none configured'})")
                 segment[label] = one(name, "")
         vs = _comparison(one("vs", ""), view)
+        control = _comparison(one("control", ""), view, "control")
+        if control == "previous":
+            raise BadParameter("control", "use <label>:<value> with a segment label")
         sort = one("sort", "ndcg")
         if sort not in index.SORTS:
             raise BadParameter("sort", f"{sort!r} is not a column ({', '.join(index.SORTS)})")
@@ -108,7 +114,8 @@ class Question:
         form = one("format", "json")
         if form not in _FORMATS:
             raise BadParameter("format", f"{form!r} is not one of {', '.join(_FORMATS)}")
-        return cls(window_ms=window_ms, k=k, segment=segment, vs=vs, sort=sort, descending=order == "desc",
+        return cls(window_ms=window_ms, k=k, segment=segment, vs=vs,
+                   control=control if isinstance(control, tuple) else None, sort=sort, descending=order == "desc",
                    limit=limit, offset=_integer("offset", one("offset", "0"), 0),
                    min_impressions=_integer("min_impressions", one("min_impressions", "1"), 0), format=form)
 
@@ -124,14 +131,14 @@ def _integer(name: str, text: str, least: int, most: int | None = None) -> int:
     return value
 
 
-def _comparison(text: str, view: WindowView) -> str | tuple[str, str] | None:
+def _comparison(text: str, view: WindowView, name: str = "vs") -> str | tuple[str, str] | None:
     if not text:
         return None
     if text == "previous":
         return text
     label, sep, value = text.partition(":")
     if not sep or label not in view.segment_labels:
-        raise BadParameter("vs", f"{text[:80]!r}: use previous or <label>:<value> with a segment label "
+        raise BadParameter(name, f"{text[:80]!r}: use previous or <label>:<value> with a segment label "
                                  f"({', '.join(view.segment_labels) or 'none configured'})")
     return label, value
 
@@ -146,8 +153,11 @@ class Explorer:
     """Answers the drill-down questions from a store; safe to call from several threads."""
 
     def __init__(self, store: StateStore, view: WindowView, measure: Measure, horizon_ms: int,
-                 clock: Callable[[], float] = time.time, window_totals: WindowTotals | None = None) -> None:
+                 clock: Callable[[], float] = time.time, window_totals: WindowTotals | None = None, *,
+                 control: tuple[str, str] | None = None, alpha: float = ALPHA, n_star: float = N_STAR) -> None:
         self.store = store
+        # The summary's comparisons: the control when a request names none, and their alpha and N*.
+        self.control, self.alpha, self.n_star = control, alpha, n_star
         self.view = view
         # The summary's sums: the exporter's in the service (the gauges' numbers, read once for
         # both), else kept here.
@@ -250,10 +260,25 @@ class Explorer:
                 "k": {k: {**{name: row[name] for name in SUMMARY_FIGURES}, **over_queries[values][i]}
                       for i, (k, row) in enumerate(by_k.items())},
             })
+        control = question.control or self.control
         return {"window": format_duration(question.window_ms),
                 "windows": [format_duration(w) for w in self.view.windows_ms],
                 "cutoffs": list(self.view.cutoffs), "segment_labels": list(self.view.segment_labels),
-                "now_ms": now, "buckets": [first, last], **self._edges(first, last), "rows": rows}
+                "now_ms": now, "buckets": [first, last], **self._edges(first, last), "rows": rows,
+                "comparisons": None if control is None else self._comparisons(control, totals, first, last)}
+
+    def _comparisons(self, control: tuple[str, str], totals: Mapping[tuple[str, ...], Mapping[str, float]],
+                     first: int, last: int) -> dict[str, Any]:
+        """Every other value of the control's label against it, per cut-off (`compare.against`)."""
+        label, value = control
+        at = self.view.segment_labels.index(label)
+        # The index's rows change in place as it reads on: the arms are taken while it is held.
+        with self._lock:
+            tables = {values[at]: self.index.window(first, last, {label: values[at]}) for values in totals}
+            arms = [compare.arms_at(totals, at, tables, i, k) for i, k in enumerate(self.view.cutoffs)]
+        return {"control": {"label": label, "value": value},
+                "k": {str(k): compare.against(arms[i], value, self.alpha, self.n_star)
+                      for i, k in enumerate(self.view.cutoffs)}}
 
     def queries(self, question: Question) -> dict[str, Any]:
         """Per query: the window's figures, and the change against `vs`."""

@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from stream_ndcg.click_judge import ClickJudge, ClickJudgment
+from stream_ndcg.comparisons import ALPHA, N_STAR
+from stream_ndcg.drilldown.compare import against
 from stream_ndcg.drilldown.index import figures
 from stream_ndcg.events import DEFAULT_LIMITS, Click, Impression, InvalidEvent, Judgment, Limits, parse_event
 from stream_ndcg.metric import ListScore, ListScorer, Measure
@@ -253,7 +255,10 @@ class Replay:
                        "sums": dict(zip(fields, row, strict=True)),
                        "k": {str(k): figures(row, i) for i, k in enumerate(self.measure.cutoffs)}}
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, control: tuple[str, str] | None = None, alpha: float = ALPHA,
+                n_star: float = N_STAR) -> dict[str, Any]:
+        """The means of every impression, overall and per segment value; with a `control` (label,
+        value), every other value of its label compared with it (`drilldown.compare.against`)."""
         cutoffs = self.measure.cutoffs
         overall = ScoreTotals(cutoffs)
         by_segment: dict[str, dict[str, ScoreTotals]] = {}
@@ -267,6 +272,8 @@ class Replay:
                 if totals is None:
                     totals = values[value] = ScoreTotals(cutoffs)
                 totals.add(score, query_id)
+        # The values of the control's label, each an arm.
+        arms = by_segment.get(control[0], {}) if control is not None else {}
         return {
             "k": overall.means(),
             "by_segment": {key: {value: totals.means() for value, totals in sorted(values.items())}
@@ -281,4 +288,9 @@ class Replay:
             },
             **({"click_judgments": {**self.click_judge.summary(), "set_aside": self.set_aside}}
                if self.click_judge is not None else {}),
+            **({"comparisons": {
+                "control": {"label": control[0], "value": control[1]},
+                "k": {str(k): against({value: totals.arm(i) for value, totals in arms.items()}, control[1], alpha,
+                                      n_star) for i, k in enumerate(cutoffs)}}}
+               if control is not None else {}),
         }

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from stream_ndcg.comparisons import clustered_standard_error, query_mean
+from stream_ndcg.drilldown.compare import Arm
 from stream_ndcg.metric import ListScore, ndcg_sums
 from stream_ndcg.vocabulary import (
     IMPRESSIONS,
@@ -85,6 +86,14 @@ class ScoreTotals:
         return {str(k): {**{name: rows[str(k)][name] for name in REPORTED}, **self._over_queries(i),
                          "scored_impressions": int(sums[scored_at(k)]), "impressions": self.impressions}
                 for i, k in enumerate(self.cutoffs)}
+
+    def arm(self, cutoff_index: int) -> Arm:
+        """The impressions added as one arm of a comparison (`drilldown.compare`), at one cut-off."""
+        k = self.cutoffs[cutoff_index]
+        sums = self.sums()
+        return Arm((sums[scored_at(k)], sums[ndcg_at(k)], sums[ndcg_squares_at(k)]),
+                   {query: (held[1 + 3 * cutoff_index], held[2 + 3 * cutoff_index])
+                    for query, held in self._queries.items()})
 
     def _over_queries(self, cutoff_index: int) -> dict[str, Any]:
         """The figures over the queries of the impressions added with theirs (computed afresh:

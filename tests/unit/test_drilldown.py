@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 
 from stream_ndcg import rows
+from stream_ndcg.comparisons import ALPHA, N_STAR
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.drilldown import index
+from stream_ndcg.drilldown.compare import against
 from stream_ndcg.drilldown.explorer import Explorer, Question
 from stream_ndcg.engine import Engine
 from stream_ndcg.errors import BadParameter, NotFound
@@ -129,6 +131,31 @@ def assert_summary_equal(answer: dict[str, Any], expected: dict[tuple[str, ...],
                 assert close(row["k"][k][name], figures[name]), (variant, k, name, row["k"][k][name], figures[name])
 
 
+def expected_comparisons(replay: Replay, window_ms: int, measure: Measure) -> dict[str, Any]:
+    """B against A in the window, each impression scored from scratch."""
+    first, last = window_of(replay, window_ms)
+    by_variant: dict[str, ScoreTotals] = {}
+    for item in replay.scored():
+        if first <= item.impression.ts // BUCKET <= last:
+            variant = segment_values(full_segment_key(item.impression.segment), ("variant",))[0]
+            by_variant.setdefault(variant, ScoreTotals(measure.cutoffs)).add(item.score, item.impression.query_id)
+    return {str(k): against({variant: totals.arm(i) for variant, totals in by_variant.items()}, "A", ALPHA, N_STAR)
+            for i, k in enumerate(measure.cutoffs)}
+
+
+def assert_comparisons_equal(answer: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert answer["control"] == {"label": "variant", "value": "A"}
+    assert answer["k"].keys() == expected.keys()
+    for k, result in answer["k"].items():
+        assert result["arms"].keys() == expected[k]["arms"].keys() and result["arms"]
+        for arm, kinds in result["arms"].items():
+            for kind, got in kinds.items():
+                want = expected[k]["arms"][arm][kind]
+                assert (got is None) == (want is None), (k, arm, kind)
+                for name in got or {}:
+                    assert close(got[name], want[name]), (k, arm, kind, name, got[name], want[name])
+
+
 def assert_records_equal(got: list[dict[str, Any]], expected: dict[str, dict[str, Any]]) -> None:
     assert {r["query_id"] for r in got} == set(expected)
     for record in got:
@@ -188,8 +215,10 @@ def test_the_drill_down_equals_the_replay_as_the_stream_goes_on(ideal: Ideal) ->
             assert_records_equal(answer["queries"], expected_records(replay, question, measure))
             checked += 1
         for window_ms in WINDOWS:
-            summary = fed.explorer.summary(Question.parse({"window": [format_duration(window_ms)]}, fed.view))
+            summary = fed.explorer.summary(Question.parse({"window": [format_duration(window_ms)],
+                                                           "control": ["variant:A"]}, fed.view))
             assert_summary_equal(summary, expected_summary(replay, window_ms, measure))
+            assert_comparisons_equal(summary["comparisons"], expected_comparisons(replay, window_ms, measure))
             # Every figure of every row, exposure too (the judging queue's bound).
             held = fed.explorer.index.window(*window_of(replay, window_ms), {})
             expected_rows = query_table(replay.query_rows(*window_of(replay, window_ms), BUCKET), {})
