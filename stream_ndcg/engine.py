@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from stream_ndcg.events import Click, Event, Impression, InvalidEvent, Judgment
-from stream_ndcg.metric import Measure, ideal_dcg, list_sums, pooled_ndcg, pooled_squares, pooled_sums, score_list
+from stream_ndcg.metric import Measure, ideal_dcg, list_sums, pooled_ndcg, pooled_sums, score_list
 from stream_ndcg.query_state import Group, QueryState, Revision, revision_of
 from stream_ndcg.rows import Row, group_row
 from stream_ndcg.vocabulary import (
@@ -216,7 +216,7 @@ class Engine:
         key = (bucket, self.segment_key(event.segment))
         group = state.groups.get(key)
         if group is None:
-            group = state.groups[key] = Group()
+            group = state.groups[key] = Group(lists_stored=self.measure.ideal == "list")
         group.impressions += 1
         ranked = event.results[: self.measure.depth]
         group.add_list(ranked, 1, self.measure.depth)
@@ -287,7 +287,7 @@ class Engine:
                 # are all known, takes them in (`state.format`).
                 # New impressions or a grade of one of its documents: its exposure figures go too.
                 group.forget_exposure()
-                totals = self._totals(group, grades, gains, ideals)
+                totals = self._totals(group, grades, gains, ideals, todo.docs)
             elif renormalise:
                 totals = pooled_ndcg(dict(group.credited), group.impressions, ideals)
             else:
@@ -296,12 +296,13 @@ class Engine:
                 todo.dirty.add(key)
 
     def _totals(self, group: Group, grades: Mapping[str, float], gains: Mapping[str, float],
-                ideals: Mapping[int, float]) -> dict[str, float]:
+                ideals: Mapping[int, float], moved: set[str]) -> dict[str, float]:
         """The group's sums, recomputed from its lists and the query's grades (and, under the pool
-        ideal, their `gains`)."""
+        ideal, their `gains`; `moved`: the documents whose grade moved since it was last)."""
         totals: dict[str, float] = {IMPRESSIONS: float(group.impressions)}
-        # Without all its lists (a group of an older state format), a group's squares are unknown.
-        complete = MOMENTS in group.credited or _lists_complete(group)
+        # Without all its lists (a group of an older state format, or one whose bucket's lists the
+        # store could not read), a group's squares are unknown.
+        complete = _lists_complete(group)
         if self.measure.ideal == "list":
             totals.update(list_sums(((score_list(ranked, grades, self.measure), count)
                                      for ranked, count in group.lists.items()), self.measure.cutoffs))
@@ -309,7 +310,7 @@ class Engine:
                 del totals[dcg_squares_at(k)], totals[ndcg_squares_at(k)]
         else:
             judged = [(gains[doc], at) for doc, at in group.ranks.items() if doc in gains]
-            squares = pooled_squares(group.lists, gains, self.measure.cutoffs) if complete else None
+            squares = group.squares.sums(group.lists, gains, self.measure.cutoffs, moved) if complete else None
             totals.update(pooled_sums(judged, group.impressions, ideals, squares))
         if complete:
             totals[MOMENTS] = float(group.impressions)
@@ -325,8 +326,12 @@ class Engine:
         """Add the difference to the aggregates; whether there was any."""
         bucket, segment = key
         changed = False
-        for name, value in totals.items():
-            change = value - group.credited.get(name, 0.0)
+        credited = group.credited
+        # A figure it credited and no longer has (its squares, once its lists are not all known)
+        # is taken back.
+        gone = credited.keys() - totals.keys()
+        for name, value in [*totals.items(), *((name, 0.0) for name in gone)]:
+            change = value - credited.get(name, 0.0)
             if change:
                 aggregates[(bucket, segment, name)] = aggregates.get((bucket, segment, name), 0.0) + change
                 changed = True

@@ -282,8 +282,8 @@ def pooled_sums(
     """The aggregate fields of `impressions` lists that share the pool ideal (`ideals`: ideal DCG
     by cut-off), from where their judged documents stand: per document, its gain and
     {first rank: lists showing it there}. The sums of `score_list` list by list, at the cost of
-    the judged documents rather than of the lists; with their DCGs' `squares` (`pooled_squares`),
-    their nDCGs' too."""
+    the judged documents rather than of the lists; with their DCGs' `squares`
+    (`list_squares.ListSquares`), their nDCGs' too."""
     deepest = max(ideals, default=0)
     discount(deepest)
     discounts = _DISCOUNTS
@@ -302,32 +302,10 @@ def pooled_sums(
     return pooled_ndcg(sums, impressions, ideals)
 
 
-def pooled_squares(lists: Mapping[tuple[str, ...], int], gains: Mapping[str, float],
-                   cutoffs: Iterable[int]) -> dict[str, float]:
-    """The sums of squares of DCG@k of lists shown `count` times each ({list: count}), per
-    cut-off: a square needs each list's own DCG, which where judged documents stand (all
-    `pooled_sums` reads) does not tell."""
-    ks = sorted(cutoffs)
-    deepest = ks[-1]
-    discount(deepest)
-    discounts = _DISCOUNTS
-    squares: dict[int, list[float]] = {k: [] for k in ks}
-    for ranked, count in lists.items():
-        # (rank, term) of the list's judged documents within the deepest cut-off.
-        terms = [(rank, gain_value * discounts[rank]) for rank, doc in first_occurrences(ranked, deepest)
-                 if (gain_value := gains.get(doc))]
-        if not terms:
-            continue
-        for k in ks:
-            value = math.fsum([term for rank, term in terms if rank <= k])
-            squares[k].append(value * value * count)
-    return {dcg_squares_at(k): math.fsum(squares[k]) for k in ks}
-
-
 def pooled_ndcg(sums: dict[str, float], impressions: int, ideals: Mapping[int, float]) -> dict[str, float]:
     """Set the nDCG sums from the DCG sums of `impressions` lists sharing the pool ideal: the sum
     of their nDCG is the sum of their DCG over it, and of their squares the DCG's squares over its
-    square (where those are known: `pooled_squares`)."""
+    square (where those are known)."""
     for k, ideal in ideals.items():
         sums[ndcg_at(k)], sums[scored_at(k)] = ndcg_sums([(ndcg(sums[dcg_at(k)], ideal), impressions)])
         squares = sums.get(dcg_squares_at(k))

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stream_ndcg.events import Judgment, revision_precedence
+from stream_ndcg.list_squares import ListSquares
 from stream_ndcg.metric import discount, first_occurrences
 
 # (ts, event_id, grade, source): one judgment event of a (query, document) pair.
@@ -46,8 +47,13 @@ class Group:
 
     impressions: int = 0
     # Each distinct list with its count: the list ideal scores list by list, and under the pool
-    # ideal the sums of squares need each list's own DCG (the store also keeps them for drill-down).
+    # ideal the sums of squares need each list's own DCG.
     lists: dict[tuple[str, ...], int] = field(default_factory=dict)
+    # Whether the stored group holds its lists: under the pool ideal they are read from the
+    # bucket's lists, which the store keeps anyway (for drill-down), rather than written twice.
+    lists_stored: bool = field(default=True, repr=False, compare=False)
+    # Under the pool ideal, its lists' DCGs and the sums of their squares, kept up to date.
+    squares: ListSquares = field(default_factory=ListSquares, repr=False, compare=False)
     # What this group has added to the aggregates, per field: the engine adds
     # the difference whenever it recomputes the group.
     credited: dict[str, float] = field(default_factory=dict)
@@ -69,6 +75,7 @@ class Group:
         self.ranks_changes += 1
         self._exposure = None
         self.lists[ranked] = self.lists.get(ranked, 0) + count
+        self.squares.added(ranked, count)
         shown = self._shown_at
         for rank, doc in first_occurrences(ranked, depth):
             at = self.ranks.setdefault(doc, {})

@@ -19,7 +19,8 @@ A query state is one hash:
                                      it), or {field: sum} for any other set
                            ranks     flat: each document, then its first ranks, `rank` where one
                                      impression shows it there, `[rank, impressions]` where more do
-                           lists     [[list, impressions]] (formats 1 to 4: for the list ideal only)
+                           lists     [[list, impressions]] (for the list ideal only: under the pool
+                                     ideal a group's lists are those of its bucket's lists hash)
                            e.g. [2,[[5,10],2,1.5,0.2,...],["d3",1,4,"d14",[2,2]],[]]. Formats 1
                            and 2 wrote {"n": impressions, "c": {field: sum}, "r": {doc: {first
                            rank: impressions}}, "l": lists}, read as they are.
@@ -44,11 +45,11 @@ are re-credited).
 refuses state recorded with a version it cannot read (`check_format`): this one
 reads 1 (JSON list fields; state recorded before the number existed is version
 1), 2 (lists as positions), 3 (groups by position), 4 (judgment events with their
-source) and 5 (sums of squares, and every group's lists), and records 5, which releases that
-read only 1 to 4 refuse: they would drop the squares of every group they re-credit. A group of
-formats 1 to 4 has no squares: the engine adds them when it re-credits the group with all its
-lists known (under the pool ideal the store reads them from the bucket's lists, `RedisStore.load`),
-and until then the `moments` sum counts its impressions out.
+source) and 5 (sums of squares), and records 5, which releases that read only 1 to 4 refuse:
+they would drop the squares of every group they re-credit. A group of formats 1 to 4 has no
+squares: the engine adds them when it re-credits the group (the store gives a group of the pool
+ideal its lists from the bucket's on load, `RedisStore.load`), and until then the `moments` sum
+counts its impressions out.
 """
 
 from __future__ import annotations
@@ -115,7 +116,8 @@ def encode_group(group: Group) -> str:
             append(doc)
             for rank, count in at.items():
                 append(rank if count == 1 else [rank, count])
-        encoded_ranks = _ENCODED_RANKS.put(group, f"{_kept(ranks)},{_encoded_lists(group.lists)}")
+        lists = _encoded_lists(group.lists) if group.lists_stored else "[]"
+        encoded_ranks = _ENCODED_RANKS.put(group, f"{_kept(ranks)},{lists}")
     return f"[{group.impressions},{credited.decode()},{encoded_ranks}]"
 
 
@@ -145,7 +147,10 @@ def decode_group(raw: bytes | str) -> Group:
         else:
             at[item[0]] = item[1]
     lists = {tuple(ranked): count for ranked, count in stored_lists}
-    group = Group(impressions=impressions, credited=credited, ranks=ranks, lists=lists)
+    # A group with impressions and no list stored is one of the pool ideal: the store gives it its
+    # lists from the bucket's (`complete_lists`).
+    group = Group(impressions=impressions, credited=credited, ranks=ranks, lists=lists,
+                  lists_stored=bool(lists) or not impressions)
     # Kept encoded for the group's next write (a judgment rewrites it with these ranks, most often).
     _ENCODED_RANKS.put(group, f"{_kept(stored_ranks)},{_encoded_lists(lists)}")
     return group

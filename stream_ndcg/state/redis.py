@@ -41,7 +41,6 @@ from stream_ndcg.state import format as state_format
 from stream_ndcg.state.base import Commit, CommitInFlight, Snapshot
 from stream_ndcg.state.redis_reads import Client, RedisReads, text
 from stream_ndcg.state.redis_scripts import ADMIT, ADOPT, COMMIT, ROW_LOG_MS
-from stream_ndcg.vocabulary import MOMENTS
 from stream_ndcg.windows import bucket_ttl_ms, oldest_kept_bucket
 
 logger = logging.getLogger(__name__)
@@ -127,12 +126,11 @@ class RedisStore(RedisReads):
         return Snapshot(states, known, int(clock) if clock is not None else None)
 
     def _complete_lists(self, partition: str, states: Mapping[str, QueryState]) -> None:
-        """Give each group stored without all its lists (formats 1 to 4 kept them for the list
-        ideal only) those of its bucket's lists hash, so that the engine can add its sums of
-        squares: once per group, since it is stored in format 5 when re-credited."""
+        """Give each group stored without its lists (those of the pool ideal) the lists of its
+        bucket's lists hash: the engine scores them for the sums of squares."""
         wanted = sorted({(query_id, bucket) for query_id, state in states.items()
                          for (bucket, _), group in state.groups.items()
-                         if MOMENTS not in group.credited and sum(group.lists.values()) != group.impressions})
+                         if sum(group.lists.values()) != group.impressions})
         if not wanted:
             return
         with self._round_trip("list read"):
@@ -151,10 +149,8 @@ class RedisStore(RedisReads):
                     lists[listed[1]] = lists.get(listed[1], 0) + int(count)
             for segment, lists in found.items():
                 group = groups[segment]
-                if MOMENTS not in group.credited and sum(lists.values()) == group.impressions:
+                if sum(lists.values()) == group.impressions:
                     group.lists = lists
-                    # Its stored form holds its lists (`state.format`): encoded anew.
-                    group.ranks_changes += 1
 
     def commit(self, commits: Collection[Commit]) -> None:
         if commits:

@@ -32,8 +32,12 @@ def test_three_arms_each_against_the_control_at_half_alpha_stratified_as_with_ea
     assert result["alpha_each"] == bonferroni(0.05, 3) == 0.025
     assert set(result["arms"]) == {"B", "C"}
     for name in ("B", "C"):
-        expected = {"stratified": always_valid(stratified_difference_of(cells["A"], cells[name]), 0.025),
-                    "plain": always_valid(plain_difference(arms["A"].totals, arms[name].totals), 0.025)}
+        stratified = stratified_difference_of(cells["A"], cells[name])
+        control_totals, arm_totals = arms["A"].totals, arms[name].totals
+        assert stratified is not None and control_totals is not None and arm_totals is not None
+        plain = plain_difference(control_totals, arm_totals)
+        assert plain is not None
+        expected = {"stratified": always_valid(stratified, 0.025), "plain": always_valid(plain, 0.025)}
         for kind, comparison in expected.items():
             got = result["arms"][name][kind]
             assert got["difference"] == pytest.approx(comparison.difference, abs=1e-12)

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stream_ndcg.metric import Measure, ideal_dcg, list_sums, ndcg_sums, pooled_squares, pooled_sums, score_list
+from stream_ndcg.list_squares import ListSquares
+from stream_ndcg.metric import Measure, ideal_dcg, list_sums, ndcg_sums, pooled_sums, score_list
 from stream_ndcg.query_state import Group
 from stream_ndcg.vocabulary import dcg_at, dcg_squares_at, judged_at, ndcg_at, ndcg_squares_at, scored_at
 
@@ -30,7 +31,8 @@ def test_pooled_sums_equal_the_lists_scored_one_by_one(
     impressions = sum(count for _, count in shown)
     gains = [measure.gain_of(g) for g in judged.values()]
     ideals = {k: ideal_dcg(gains, k) for k in measure.cutoffs}
-    squares = pooled_squares(group.lists, {d: measure.gain_of(g) for d, g in judged.items()}, measure.cutoffs)
+    squares = ListSquares().sums(group.lists, {d: measure.gain_of(g) for d, g in judged.items()}, measure.cutoffs,
+                                 set())
     pooled = pooled_sums(((measure.gain_of(judged[d]), at) for d, at in group.ranks.items() if d in judged),
                          impressions, ideals, squares)
     one_by_one = list_sums(((score_list(ranked, judged, measure), count) for ranked, count in shown),

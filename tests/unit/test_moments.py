@@ -17,9 +17,10 @@ from stream_ndcg.engine import Engine
 from stream_ndcg.exporter import Exporter
 from stream_ndcg.metric import Ideal, Measure
 from stream_ndcg.offline.replay import Replay
+from stream_ndcg.query_state import QueryState
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.state.memory import MemoryStore
-from stream_ndcg.vocabulary import MOMENTS, dcg_squares_at, full_segment_key, ndcg_squares_at
+from stream_ndcg.vocabulary import MOMENTS, AggregateKey, dcg_squares_at, full_segment_key, ndcg_squares_at
 from stream_ndcg.windows import field_sums
 from tests.support.batches import apply_batch, parsed
 from tests.unit.test_drilldown import BUCKET, WINDOWS, Fed, expected_summary, messages, replay_of, window_of
@@ -102,3 +103,26 @@ def test_the_exported_squares_and_errors_equal_a_recomputation_from_the_replay(i
                             window, variant, k, name, got, value)
                         compared += 1
     assert compared > 100
+
+
+@given(event_streams(), measures, st.lists(st.integers(1, 6), min_size=40, max_size=40))
+def test_states_kept_from_batch_to_batch_keep_the_squares_of_a_recomputation(
+        messages: list[bytes], measure: Measure, batch_sizes: list[int]) -> None:
+    # As the Redis store's cache keeps them: each group's lists' DCGs and squares move with the
+    # lists it takes and the grades that move, never scored afresh.
+    engine = Engine(measure)
+    kept: dict[str, QueryState] = {}
+    known: dict[str, int] = {}
+    aggregates: dict[AggregateKey, float] = {}
+    replay = Replay(measure)
+    for batch, _ in in_batches(messages, batch_sizes):
+        outcome = engine.apply(parsed(batch), kept, known)
+        kept.update(outcome.touched)
+        for key, change in outcome.aggregates.items():
+            aggregates[key] = aggregates.get(key, 0.0) + change
+        for message in batch:
+            replay.add(message)
+        for segment, sums in recomputed(list(replay.per_impression()), measure.cutoffs).items():
+            ours = field_sums({key: value for key, value in aggregates.items() if key[1] == segment})
+            for name, value in sums.items():
+                assert ours.get(name, 0.0) == pytest.approx(value, rel=1e-9, abs=1e-9), (segment, name)
