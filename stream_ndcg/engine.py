@@ -283,9 +283,9 @@ class Engine:
         for key, group in state.groups.items():
             if (key in todo.groups or not todo.docs.isdisjoint(group.ranks)
                     or (MOMENTS not in group.credited and _lists_complete(group))):
-                # Recomputed too: a group stored before the sums of squares were kept, whose lists
-                # are all known, takes them in (`state.format`).
-                # New impressions or a grade of one of its documents: its exposure figures go too.
+                # New impressions or a grade of one of its documents (its exposure figures go too),
+                # or a group stored before the sums of squares were kept whose lists are all known:
+                # it takes them in (`state.format`).
                 group.forget_exposure()
                 totals = self._totals(group, grades, gains, ideals, todo.docs)
             elif renormalise:
