@@ -1,6 +1,6 @@
 """The batch pipeline's throughput, this tree's package against another commit's, runs alternated.
 
-    python -m bench.versions_bench [--against COMMIT] [--events 100000] [--rounds 3]
+    python -m bench.versions_bench [--against COMMIT] [--events 100000] [--rounds 3] [--ideal pool|list]
 
 Extracts the package of `--against` from git (no work tree, no repository change), starts one
 redis-server, and writes the same workload (the service bench's) through each version's batch
@@ -41,36 +41,37 @@ def package_of(commit: str, into: Path) -> Path:
     return into
 
 
-def child(url: str, namespace: str, messages_file: Path) -> None:
+def child(url: str, namespace: str, messages_file: Path, ideal: str) -> None:
     """One run: every message through the pipeline; prints events per second."""
     from bench.harness.pipeline import Writer
     from stream_ndcg.config import Settings
 
     messages = messages_file.read_bytes().splitlines()
     settings = Settings.load(environ={"STREAM_NDCG_REDIS_URL": url, "STREAM_NDCG_NAMESPACE": namespace,
-                                      "STREAM_NDCG_CLOCK": "event"})
+                                      "STREAM_NDCG_CLOCK": "event", "STREAM_NDCG_IDEAL": ideal})
     writer = Writer(settings)
     started = time.perf_counter()
     writer.write_all(messages)
     print(len(messages) / (time.perf_counter() - started))
 
 
-def run(python_path: str, url: str, namespace: str, messages_file: Path) -> float:
+def run(python_path: str, url: str, namespace: str, messages_file: Path, ideal: str) -> float:
     env = dict(os.environ, PYTHONPATH=python_path)
     # -P: the working directory must not come before PYTHONPATH on sys.path.
     out = subprocess.run([sys.executable, "-P", "-m", "bench.versions_bench", "--child", url, namespace,
-                          str(messages_file)], env=env, capture_output=True, text=True, check=True, cwd=ROOT)
+                          str(messages_file), ideal], env=env, capture_output=True, text=True, check=True, cwd=ROOT)
     return float(out.stdout.split()[-1])
 
 
 def main() -> int:
     if sys.argv[1:2] == ["--child"]:
-        child(sys.argv[2], sys.argv[3], Path(sys.argv[4]))
+        child(sys.argv[2], sys.argv[3], Path(sys.argv[4]), sys.argv[5])
         return 0
     parser = argument_parser(__doc__)
     parser.add_argument("--against", default=FORMAT_4, help="the commit whose package is compared")
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ideal", choices=("pool", "list"), default="pool")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="stream-ndcg-versions-bench-") as root, \
             redis_server("versions") as server:
@@ -84,7 +85,7 @@ def main() -> int:
             order = list(paths) if round_number % 2 == 0 else list(reversed(paths))
             for name in order:
                 rates[name].append(run(paths[name], server.url, f"v{round_number}-{len(rates[name])}-{name[:4]}",
-                                       messages_file))
+                                       messages_file, args.ideal))
     medians = {name: statistics.median(values) for name, values in rates.items()}
     ratio = medians["this tree"] / medians[args.against[:12]]
     rows = "\n".join(f"| {name} | {medians[name]:.0f} | {', '.join(f'{v:.0f}' for v in rates[name])} |"
@@ -92,8 +93,8 @@ def main() -> int:
     section = f"""## Versions
 
 `{command(__file__)}`, {stamp()}, redis-server on loopback: {args.events:,} events of the service
-bench's workload through the batch pipeline (no Kafka) of each version, {args.rounds} runs each,
-alternated, each in a process of its own.
+bench's workload through the batch pipeline (no Kafka) of each version, ideal {args.ideal},
+{args.rounds} runs each, alternated, each in a process of its own.
 
 | package | median events/s | runs |
 |---|---:|---|
@@ -102,7 +103,7 @@ alternated, each in a process of its own.
 - throughput ratio this tree / {args.against[:12]}: **{ratio:.3f}**.
 """
     return publish(args.results, section, {"medians": medians, "ratio": ratio, "runs": rates,
-                                           "against": args.against, "events": args.events})
+                                           "against": args.against, "events": args.events, "ideal": args.ideal})
 
 
 if __name__ == "__main__":

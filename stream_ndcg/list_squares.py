@@ -5,34 +5,50 @@ stand (all `metric.pooled_sums` reads) does not tell, and scoring every list of 
 whenever it takes an impression would cost in proportion to its distinct lists. So a
 `ListSquares` keeps each list's DCGs and the sums: a list shown again adds its square (`added`,
 then `sums`), a grade that moved rescores the lists that show its document, and only a group
-read afresh from the store scores all its lists once. Each sum is kept exact, as a whole number
-of 2**-2148 (the square of a double is one), so that what is taken out is what was put in and
-the sum is the same number however the lists came: rounded once, when asked for.
+read afresh from the store scores all its lists once. Each sum of the squares (each rounded, as
+the replay's are) is kept exact, as a whole number of 2**-1074, so that what is taken out is
+what was put in and the sum is the same number however the lists came: rounded once, when
+asked for.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping, Sequence, Set
+import operator
+from collections.abc import Callable, Mapping, Sequence, Set
+from itertools import repeat
+from typing import cast
 
-from stream_ndcg.metric import discount, first_occurrences
+from stream_ndcg.metric import discount
 from stream_ndcg.vocabulary import dcg_squares_at
-from stream_ndcg.window_sums import exact
+from stream_ndcg.window_sums import exact, rounded
 
-_SQUARE_GRID = 1 << 2148
+# A gain looked up by document, None being no document: it finds no gain.
+_GainOf = Callable[[str | None, float], float]
+
+
+@functools.cache
+def _discounts(depth: int) -> tuple[float, ...]:
+    return tuple(discount(rank) for rank in range(1, depth + 1))
 
 
 def list_dcgs(ranked: Sequence[str], gains: Mapping[str, float], cutoffs: Sequence[int]) -> tuple[float, ...]:
-    """One list's DCG at each cut-off (as `metric.score_list` scores it)."""
-    deepest = max(cutoffs)
-    terms = [(rank, gain_value * discount(rank)) for rank, doc in first_occurrences(ranked, deepest)
-             if (gain_value := gains.get(doc))]
-    return tuple(math.fsum([term for rank, term in terms if rank <= k]) for k in cutoffs)
+    """One list's DCG at each cut-off, as `metric.ListScorer` scores it (the interpreter's own
+    loops: a judgment rescores every list that shows its document)."""
+    top: Sequence[str | None] = ranked[:max(cutoffs)]
+    if len(set(top)) != len(top):
+        # A repeat counts only at its first rank.
+        top = [None if doc in top[:rank] else doc for rank, doc in enumerate(top)]
+    gain_of = cast(_GainOf, gains.get)
+    terms = list(map(operator.mul, map(gain_of, top, repeat(0.0)), _discounts(len(top))))
+    return tuple(math.fsum(terms[:k]) or 0.0 for k in cutoffs)
 
 
 def _squares(dcgs: tuple[float, ...], count: int) -> list[int]:
+    """Each DCG's square, rounded as the replay's `value * value` is, times `count`, exact."""
     # Most lists of a query with few judgments score 0 at every cut-off.
-    return [count * exact(value) ** 2 for value in dcgs] if any(dcgs) else [0] * len(dcgs)
+    return [count * exact(value * value) for value in dcgs] if any(dcgs) else [0] * len(dcgs)
 
 
 class ListSquares:
@@ -82,4 +98,4 @@ class ListSquares:
                     known = self.dcgs[ranked] = list_dcgs(ranked, gains, cutoffs)
                 totals = [a + b for a, b in zip(totals, _squares(known, count), strict=True)]
             self.totals, self.pending = totals, {}
-        return {dcg_squares_at(k): total / _SQUARE_GRID for k, total in zip(cutoffs, totals, strict=True)}
+        return {dcg_squares_at(k): rounded(total) for k, total in zip(cutoffs, totals, strict=True)}
