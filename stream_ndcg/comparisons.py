@@ -104,12 +104,15 @@ def mean_estimate(n: float, total: float, squares: float) -> Estimate | None:
     if n < 2:
         return None
     mean = total / n
-    spread = squares - total * mean
-    # The sums hold a rounding of each of n terms, and values all alike leave the difference that
-    # little (below 0 even), which a square root would make an error of 1e-8: it is none.
-    if spread <= n * ROUNDING * squares:
-        spread = 0.0
+    spread = beyond_rounding(squares - total * mean, n, squares)
     return Estimate(mean, math.sqrt(spread / (n - 1) / n), n)
+
+
+def beyond_rounding(spread: float, n: float, squares: float) -> float:
+    """A sum of squares less its part explained by a mean, or 0 within the rounding of the n
+    terms of `squares`: values all alike leave the difference that little (below 0 even), which
+    a square root would make an error of 1e-8."""
+    return 0.0 if spread <= n * ROUNDING * squares else spread
 
 
 def standard_error(n: float, total: float, squares: float) -> float | None:
@@ -187,8 +190,8 @@ class StratifiedSums:
         """One query's part of each sum, in field order (a cell with no impressions: not seen)."""
         (n_a, s_a, ss_a), (n_b, s_b, ss_b) = a, b
         seen_a, seen_b = n_a > 0, n_b > 0
-        within_a = ss_a - s_a * s_a / n_a if seen_a else 0.0
-        within_b = ss_b - s_b * s_b / n_b if seen_b else 0.0
+        within_a = beyond_rounding(ss_a - s_a * s_a / n_a, n_a, ss_a) if seen_a else 0.0
+        within_b = beyond_rounding(ss_b - s_b * s_b / n_b, n_b, ss_b) if seen_b else 0.0
         arms = (n_a, float(seen_a), within_a, n_b, float(seen_b), within_b)
         if not (seen_a and seen_b):
             return (0.0, 0.0, 0.0, 0.0, 0.0, *arms)

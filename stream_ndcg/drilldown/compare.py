@@ -18,6 +18,7 @@ at alpha / (arms - 1) (Bonferroni: the chance that any comparison errs stays und
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
@@ -27,6 +28,7 @@ from stream_ndcg.comparisons import (
     Estimate,
     StratifiedSums,
     against_control,
+    beyond_rounding,
     bonferroni,
     plain_difference,
     stratified_difference,
@@ -58,12 +60,19 @@ def stratified(control: Arm, arm: Arm) -> Estimate | None:
     """The traffic-weighted mean of the per-query differences, arm less control."""
     if control.totals is None or arm.totals is None:
         return None
-    sums = StratifiedSums.of({q: (n, s, 0.0) for q, (n, s) in control.queries.items()},
-                             {q: (n, s, 0.0) for q, (n, s) in arm.queries.items()})
-    # Cells without their squares leave each arm's within-query sum at -sum_q s_q^2 / n_q: the
-    # arm's sum of squares completes it.
-    sums = replace(sums, within_a=sums.within_a + control.totals[2], within_b=sums.within_b + arm.totals[2])
-    return stratified_difference(sums)
+    # Each query's cell with the sum of squares its mean alone explains (s_q^2 / n_q): its part of
+    # the within-query sum is 0, and the arm's sum of squares less theirs is the whole of it.
+    sums = StratifiedSums.of({q: (n, s, s * s / n if n else 0.0) for q, (n, s) in control.queries.items()},
+                             {q: (n, s, s * s / n if n else 0.0) for q, (n, s) in arm.queries.items()})
+    return stratified_difference(replace(sums, within_a=_within(control.totals, control.queries),
+                                         within_b=_within(arm.totals, arm.queries)))
+
+
+def _within(totals: tuple[float, float, float], queries: Mapping[str, tuple[float, float]]) -> float:
+    """sum_q (ss_q - s_q^2 / n_q) over an arm's queries: its sum of squares less sum_q s_q^2 / n_q."""
+    n, _, squares = totals
+    explained = math.fsum(s * s / count for count, s in queries.values() if count)
+    return beyond_rounding(squares - explained, n, squares)
 
 
 def against(arms: Mapping[str, Arm], control: str, alpha: float, n_star: float) -> dict[str, Any]:
