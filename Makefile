@@ -100,6 +100,7 @@ bench: venv
 	$(BIN)/python -m bench.dedup_bench
 	$(BIN)/python -m bench.steady_bench
 	$(BIN)/python -m bench.wait_bench
+	$(BIN)/python -m bench.versions_bench
 
 # The main job locally: Kafka, Redis, the service and live simulated traffic; Ctrl-C stops all of it.
 demo: venv
