@@ -103,6 +103,7 @@ bench: venv
 	$(BIN)/python -m bench.dedup_bench
 	$(BIN)/python -m bench.steady_bench
 	$(BIN)/python -m bench.wait_bench
+	$(BIN)/python -m bench.versions_bench
 	$(BIN)/python -m bench.judge_bench
 	$(BIN)/python -m bench.targets
 

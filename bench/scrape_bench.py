@@ -44,7 +44,16 @@ from stream_ndcg.engine import BatchOutcome
 from stream_ndcg.exporter import Exporter, WindowView
 from stream_ndcg.state.base import Commit
 from stream_ndcg.state.redis import RedisStore
-from stream_ndcg.vocabulary import IMPRESSIONS, dcg_at, judged_at, ndcg_at, scored_at
+from stream_ndcg.vocabulary import (
+    IMPRESSIONS,
+    MOMENTS,
+    dcg_at,
+    dcg_squares_at,
+    judged_at,
+    ndcg_at,
+    ndcg_squares_at,
+    scored_at,
+)
 from stream_ndcg.windows import by_segment_values, window_means
 
 START_MS = 1_763_683_200_000
@@ -72,11 +81,15 @@ def sums_of(buckets: list[int], variants: int, rng: random.Random) -> dict[tuple
             segment = json.dumps({"variant": f"v{v}"}, separators=(",", ":"))
             impressions = rng.randint(1, 40)
             out[(bucket, segment, IMPRESSIONS)] = float(impressions)
+            out[(bucket, segment, MOMENTS)] = float(impressions)
             for k in (5, 10):
                 scored = rng.randint(0, impressions)
+                ndcg, dcg = rng.random(), 3 * rng.random()
                 out[(bucket, segment, scored_at(k))] = float(scored)
-                out[(bucket, segment, ndcg_at(k))] = scored * rng.random()
-                out[(bucket, segment, dcg_at(k))] = impressions * 3 * rng.random()
+                out[(bucket, segment, ndcg_at(k))] = scored * ndcg
+                out[(bucket, segment, ndcg_squares_at(k))] = scored * ndcg * ndcg
+                out[(bucket, segment, dcg_at(k))] = impressions * dcg
+                out[(bucket, segment, dcg_squares_at(k))] = impressions * dcg * dcg
                 out[(bucket, segment, judged_at(k))] = impressions * rng.random()
     return out
 

@@ -40,9 +40,11 @@ def _replay(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     judge = click_judge_of(args, args.dedup_horizon)
     # The service's settings the replay reads: the metric, the longest list, its dedup horizon
     # counted in its buckets, and the windows of --per-query.
+    # The control's label is the one label a replay compares (it reads every label of the events).
     settings = settings_of(k=args.k, gain=args.gain, ideal=args.ideal, max_results=args.max_results,
                            bucket=args.bucket, windows=args.windows, dedup_horizon=args.dedup_horizon,
-                           judgment_sources=args.judgment_sources)
+                           judgment_sources=args.judgment_sources, control=args.control, alpha=args.alpha,
+                           n_star=args.n_star, segment_labels=args.control.partition("=")[0] if args.control else None)
     writer = (JudgmentWriter(stack.enter_context(open(args.judgments_out, "w", encoding="utf-8")))
               if args.judgments_out else None)
     replay = Replay(settings.measure, Limits(max_results=settings.max_results), tap=history.add if history else None,
@@ -74,7 +76,8 @@ def _replay(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
                 out.write(json.dumps(record) + "\n")
     if history is not None:
         write_history(history, args.openmetrics)
-    json.dump(replay.summary(), sys.stdout)
+    label, _, value = settings.control.partition("=")
+    json.dump(replay.summary((label, value) if value else None, settings.alpha, settings.n_star), sys.stdout)
     sys.stdout.write("\n")
     return status
 
@@ -272,8 +275,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     try:
         options = settings.kafka_client_options()
         del options["bootstrap_servers"]
-        sent = produce(settings.bootstrap_servers, args.topic, messages, paced=args.paced, rate=args.rate,
-                       **options)
+        sent = produce(settings.bootstrap_servers, args.topic, messages, paced=args.paced, rate=args.rate, **options)
     except BrokerUnreachable as exc:
         print(f"stream-ndcg simulate: {exc}", file=sys.stderr)
         return 1
@@ -294,8 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("files", nargs="+", metavar="EVENTS.jsonl",
                         help="event files, one JSON object a line; - for stdin")
     # The service's settings of the same names: the replay computes what the service would.
-    add_setting_flags(replay, ("k", "gain", "ideal", "judgment_sources", "max_results", "dedup_horizon"),
-                      variables=False)
+    add_setting_flags(replay, ("k", "gain", "ideal", "judgment_sources", "max_results", "dedup_horizon", "control",
+                               "alpha", "n_star"), variables=False)
     replay.add_argument("--per-impression", metavar="OUT.jsonl", help="write one line of scores per impression")
     replay.add_argument("--per-query", metavar="OUT.jsonl",
                         help="write the drill-down's figures per window (--windows, --bucket; ending at the newest "

@@ -12,11 +12,13 @@ or (n_q, s_q, ss_q).
 The statistics:
 
 - `mean_estimate`: a mean with its impression-level standard error, sqrt(v / n) with v the sample
-  variance (squares - total^2 / n) / (n - 1). None under 2 impressions.
+  variance (squares - total^2 / n) / (n - 1), 0 where squares - total^2 / n is within the
+  rounding of the sums (n * 2^-50 of the squares). None under 2 impressions.
 - `clustered_mean`: a mean with its query-clustered standard error, for comparing a window with
   an earlier one (whose query mix differs): m = sum s_q / sum n_q and
   Var(m) = Q/(Q-1) * sum_q (s_q - m n_q)^2 / (sum_q n_q)^2 over the Q queries with impressions.
   None under 2 queries.
+- `query_mean`: the query-averaged mean, each query's mean s_q / n_q averaged over the queries.
 - `difference`: B - A of two independent estimates, SE = sqrt(SE_A^2 + SE_B^2) (the plain
   difference when both are `mean_estimate`s).
 - `stratified_difference`: B vs A within each query, from each arm's per-query (n_q, s_q, ss_q)
@@ -56,6 +58,9 @@ from typing import TypeVar
 
 ALPHA = 0.05
 N_STAR = 10_000
+# The relative rounding of one term of a sum (2**-52 and a margin): what `mean_estimate` takes
+# for noise in a spread.
+ROUNDING = 2.0**-50
 
 # A query's scored impressions and nDCG sum (the drill-down's per-query sums).
 QuerySums = tuple[float, float]
@@ -99,9 +104,15 @@ def mean_estimate(n: float, total: float, squares: float) -> Estimate | None:
     if n < 2:
         return None
     mean = total / n
-    # The sums are exact per impression; their difference may round below 0 when every value is alike.
-    variance = max(0.0, (squares - total * mean) / (n - 1))
-    return Estimate(mean, math.sqrt(variance / n), n)
+    spread = beyond_rounding(squares - total * mean, n, squares)
+    return Estimate(mean, math.sqrt(spread / (n - 1) / n), n)
+
+
+def beyond_rounding(spread: float, n: float, squares: float) -> float:
+    """A sum of squares less its part explained by a mean, or 0 within the rounding of the n
+    terms of `squares`: values all alike leave the difference that little (below 0 even), which
+    a square root would make an error of 1e-8."""
+    return 0.0 if spread <= n * ROUNDING * squares else spread
 
 
 def standard_error(n: float, total: float, squares: float) -> float | None:
@@ -127,6 +138,14 @@ def clustered_standard_error(queries: Iterable[QuerySums]) -> float | None:
     """The query-clustered standard error of a mean (`clustered_mean`); None under 2 queries."""
     estimate = clustered_mean(queries)
     return None if estimate is None else estimate.standard_error
+
+
+def query_mean(queries: Iterable[QuerySums]) -> float | None:
+    """The mean over queries of each query's own mean (trec_eval's mean over topics: each query
+    counts once, whatever its traffic), over (n_q, s_q); queries without impressions do not
+    count, and without any it is None."""
+    means = [s / n for n, s in queries if n > 0]
+    return math.fsum(means) / len(means) if means else None
 
 
 def difference(a: Estimate, b: Estimate) -> Estimate:
@@ -171,8 +190,8 @@ class StratifiedSums:
         """One query's part of each sum, in field order (a cell with no impressions: not seen)."""
         (n_a, s_a, ss_a), (n_b, s_b, ss_b) = a, b
         seen_a, seen_b = n_a > 0, n_b > 0
-        within_a = ss_a - s_a * s_a / n_a if seen_a else 0.0
-        within_b = ss_b - s_b * s_b / n_b if seen_b else 0.0
+        within_a = beyond_rounding(ss_a - s_a * s_a / n_a, n_a, ss_a) if seen_a else 0.0
+        within_b = beyond_rounding(ss_b - s_b * s_b / n_b, n_b, ss_b) if seen_b else 0.0
         arms = (n_a, float(seen_a), within_a, n_b, float(seen_b), within_b)
         if not (seen_a and seen_b):
             return (0.0, 0.0, 0.0, 0.0, 0.0, *arms)

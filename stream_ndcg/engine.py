@@ -29,13 +29,16 @@ from stream_ndcg.vocabulary import (
     IMPRESSION,
     IMPRESSIONS,
     JUDGMENT,
+    MOMENTS,
     TOO_OLD,
     UNLISTED_SOURCE,
     AggregateKey,
     Segment,
+    dcg_squares_at,
     duplicate,
     full_segment_key,
     judgment_from,
+    ndcg_squares_at,
     rejected,
 )
 from stream_ndcg.windows import oldest_kept_bucket
@@ -50,6 +53,10 @@ FORGET_AFTER_MAX_AGES = 2
 
 SegmentKeyFn = Callable[[Segment], str]
 
+
+def _lists_complete(group: Group) -> bool:
+    """Whether the group holds every list it counts: what its sums of squares are made of."""
+    return sum(group.lists.values()) == group.impressions
 
 
 
@@ -209,10 +216,10 @@ class Engine:
         key = (bucket, self.segment_key(event.segment))
         group = state.groups.get(key)
         if group is None:
-            group = state.groups[key] = Group()
+            group = state.groups[key] = Group(lists_stored=self.measure.ideal == "list")
         group.impressions += 1
         ranked = event.results[: self.measure.depth]
-        group.add_list(ranked, 1, self.measure.depth, keep_list=self.measure.ideal == "list")
+        group.add_list(ranked, 1, self.measure.depth)
         outcome.lists[(event.query_id, bucket, key[1], ranked)] = (
             outcome.lists.get((event.query_id, bucket, key[1], ranked), 0) + 1)
         todo.groups.add(key)
@@ -274,10 +281,13 @@ class Engine:
         renormalise = bool(todo.docs) and pool
         todo.dirty.update(todo.groups)
         for key, group in state.groups.items():
-            if key in todo.groups or not todo.docs.isdisjoint(group.ranks):
-                # New impressions or a grade of one of its documents: its exposure figures go too.
+            if (key in todo.groups or not todo.docs.isdisjoint(group.ranks)
+                    or (MOMENTS not in group.credited and _lists_complete(group))):
+                # New impressions or a grade of one of its documents (its exposure figures go too),
+                # or a group stored before the sums of squares were kept whose lists are all known:
+                # it takes them in (`state.format`).
                 group.forget_exposure()
-                totals = self._totals(group, grades, gains, ideals)
+                totals = self._totals(group, grades, gains, ideals, todo.docs)
             elif renormalise:
                 totals = pooled_ndcg(dict(group.credited), group.impressions, ideals)
             else:
@@ -286,16 +296,24 @@ class Engine:
                 todo.dirty.add(key)
 
     def _totals(self, group: Group, grades: Mapping[str, float], gains: Mapping[str, float],
-                ideals: Mapping[int, float]) -> dict[str, float]:
+                ideals: Mapping[int, float], moved: set[str]) -> dict[str, float]:
         """The group's sums, recomputed from its lists and the query's grades (and, under the pool
-        ideal, their `gains`)."""
+        ideal, their `gains`; `moved`: the documents whose grade moved since it was last)."""
         totals: dict[str, float] = {IMPRESSIONS: float(group.impressions)}
+        # Without all its lists (a group of an older state format, or one whose bucket's lists the
+        # store could not read), a group's squares are unknown.
+        complete = _lists_complete(group)
         if self.measure.ideal == "list":
             totals.update(list_sums(((score_list(ranked, grades, self.measure), count)
                                      for ranked, count in group.lists.items()), self.measure.cutoffs))
+            for k in () if complete else self.measure.cutoffs:
+                del totals[dcg_squares_at(k)], totals[ndcg_squares_at(k)]
         else:
             judged = [(gains[doc], at) for doc, at in group.ranks.items() if doc in gains]
-            totals.update(pooled_sums(judged, group.impressions, ideals))
+            squares = group.squares.sums(group.lists, gains, self.measure.cutoffs, moved) if complete else None
+            totals.update(pooled_sums(judged, group.impressions, ideals, squares))
+        if complete:
+            totals[MOMENTS] = float(group.impressions)
         return totals
 
     @staticmethod
@@ -308,8 +326,12 @@ class Engine:
         """Add the difference to the aggregates; whether there was any."""
         bucket, segment = key
         changed = False
-        for name, value in totals.items():
-            change = value - group.credited.get(name, 0.0)
+        credited = group.credited
+        # A figure it credited and no longer has (its squares, once its lists are not all known)
+        # is taken back.
+        gone = credited.keys() - totals.keys()
+        for name, value in [*totals.items(), *((name, 0.0) for name in gone)]:
+            change = value - credited.get(name, 0.0)
             if change:
                 aggregates[(bucket, segment, name)] = aggregates.get((bucket, segment, name), 0.0) + change
                 changed = True

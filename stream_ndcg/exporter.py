@@ -16,7 +16,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 
@@ -122,6 +122,8 @@ class _StoreCollector(Collector):
         self.clock = clock
         self.on_error = on_error
         self.totals = WindowTotals(store, view)
+        # The drill-down's figures over queries, where it keeps per-query rows (`Exporter.query_figures`).
+        self.query_figures: QueryFigures | None = None
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -185,22 +187,37 @@ class _StoreCollector(Collector):
         now = view.now_ms(self.store, self.clock)
         labels = ["pipeline", "k", "window", *seg]
         gauges = [(GaugeMetricFamily(name, text, labels=labels), field) for name, text, field in _QUALITY_GAUGES]
+        by_query = [(GaugeMetricFamily(name, text, labels=labels), field) for name, text, field in _QUERY_GAUGES]
         impressions = GaugeMetricFamily(MetricName.IMPRESSIONS, "Impressions in the window.",
                                         labels=["pipeline", "window", *seg])
+        squared = GaugeMetricFamily(MetricName.SQUARED_IMPRESSIONS,
+                                    "Impressions of the window whose squares the sums of squares hold (all of "
+                                    "them, but after an upgrade from state format 4).",
+                                    labels=["pipeline", "window", *seg])
         if now is not None:
             totals = self.totals.at(now)
+            queries = (self.query_figures(now, {window: list(totals[window]) for window in view.windows_ms})
+                       if self.query_figures is not None else None)
             for window in view.windows_ms:
                 name = format_duration(window)
                 for label_values, sums in sorted(totals[window].items()):
                     rows = means(sums, view.cutoffs)
-                    impressions.add_metric([*pipeline, name, *label_values],
-                                           _number(rows[str(view.cutoffs[0])]["impressions"]))
-                    for k in view.cutoffs:
+                    first = rows[str(view.cutoffs[0])]
+                    impressions.add_metric([*pipeline, name, *label_values], _number(first["impressions"]))
+                    squared.add_metric([*pipeline, name, *label_values], _number(first["squared_impressions"]))
+                    over_queries = None if queries is None else queries[window][label_values]
+                    for i, k in enumerate(view.cutoffs):
                         row, values = rows[str(k)], [*pipeline, str(k), name, *label_values]
                         for family, field in gauges:
                             family.add_metric(values, _number(row[field]))
+                        if over_queries is not None:
+                            for family, field in by_query:
+                                family.add_metric(values, _number(over_queries[i][field]))
         yield from (family for family, _ in gauges)
+        if self.query_figures is not None:
+            yield from (family for family, _ in by_query)
         yield impressions
+        yield squared
 
 
 # The quality gauges of each k: name, help, and the field of `windows.means` they report.
@@ -214,7 +231,25 @@ _QUALITY_GAUGES = (
     (MetricName.JUDGED_RATIO, "Mean share of the top k ranks holding a judged document.", "judged_ratio"),
     (MetricName.JUDGED_RATIO_NUMERATOR, "Sum of the judged ratio@k over all impressions of the window.",
      "judged_sum"),
+    (MetricName.NDCG_SQUARES, "Sum of squares of nDCG@k over the scored impressions of the window.",
+     "ndcg_squares"),
+    (MetricName.DCG_SQUARES, "Sum of squares of DCG@k over all impressions of the window.", "dcg_squares"),
+    (MetricName.NDCG_STANDARD_ERROR, "Impression-level standard error of the mean nDCG@k.", "ndcg_standard_error"),
+    (MetricName.DCG_STANDARD_ERROR, "Impression-level standard error of the mean DCG@k.", "dcg_standard_error"),
 )
+# From the drill-down's per-query sums (`drilldown.index.QueryIndex.over_queries`).
+_QUERY_GAUGES = (
+    (MetricName.NDCG_CLUSTERED_STANDARD_ERROR, "Query-clustered standard error of the mean nDCG@k.",
+     "ndcg_clustered_standard_error"),
+    (MetricName.DCG_CLUSTERED_STANDARD_ERROR, "Query-clustered standard error of the mean DCG@k.",
+     "dcg_clustered_standard_error"),
+    (MetricName.NDCG_QUERY_MEAN, "Mean over the window's queries of each query's mean nDCG@k (each query once).",
+     "ndcg_query_mean"),
+    (MetricName.QUERIES, "Queries with impressions in the window.", "queries"),
+)
+# Per window and segment values asked for, per cut-off, the figures over the window's queries.
+QueryFigures = Callable[[int, Mapping[int, list[tuple[str, ...]]]],
+                        dict[int, dict[tuple[str, ...], list[dict[str, float | None]]]]]
 
 
 def _number(value: float | None) -> float:
@@ -293,6 +328,12 @@ class Exporter:
         self._listener = serve_metrics(self.registry, host, port, ready)
         threading.Thread(target=self.warm_up, name="window-sums-warm-up", daemon=True).start()
         return self._listener.port
+
+    def export_query_figures(self, figures: QueryFigures) -> None:
+        """Export the clustered standard errors, query-averaged means and query counts from
+        `figures` (the drill-down's `Explorer.query_figures`: with drilldown = false there is none)."""
+        if self._collector is not None:
+            self._collector.query_figures = figures
 
     def warm_up(self) -> None:
         """Read the window sums ahead of the first scrape (`serve` starts it in a thread)."""

@@ -44,8 +44,10 @@ from stream_ndcg.vocabulary import (
     SOURCE_NAME,
     SOURCE_RULE,
     dcg_at,
+    dcg_squares_at,
     judged_at,
     ndcg_at,
+    ndcg_squares_at,
     scored_at,
 )
 
@@ -256,14 +258,17 @@ def ndcg_sums(ndcgs: Iterable[tuple[float | None, int]]) -> tuple[float, float]:
 
 
 def list_sums(scores: Iterable[tuple[ListScore, int]], cutoffs: Iterable[int]) -> dict[str, float]:
-    """The aggregate fields of lists scored one by one, each shown `count` times:
-    DCG, nDCG, scored impressions and judged ratio, summed per cut-off."""
+    """The aggregate fields of lists scored one by one, each shown `count` times: DCG, nDCG,
+    scored impressions and judged ratio, and the squares of DCG and nDCG, summed per cut-off."""
     shown = list(scores)
     sums: dict[str, float] = {}
     for k in cutoffs:
         sums[dcg_at(k)] = math.fsum(score.dcg[k] * count for score, count in shown)
+        sums[dcg_squares_at(k)] = math.fsum(score.dcg[k] * score.dcg[k] * count for score, count in shown)
         sums[ndcg_at(k)], sums[scored_at(k)] = ndcg_sums(
             (None if (value := score.ndcg[k]) is None else value * count, count) for score, count in shown)
+        sums[ndcg_squares_at(k)] = math.fsum(value * value * count for score, count in shown
+                                             if (value := score.ndcg[k]) is not None)
         sums[judged_at(k)] = math.fsum(score.judged_ratio[k] * count for score, count in shown)
     return sums
 
@@ -272,11 +277,13 @@ def pooled_sums(
     judged: Iterable[tuple[float, Mapping[int, int]]],
     impressions: int,
     ideals: Mapping[int, float],
+    squares: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """The aggregate fields of `impressions` lists that share the pool ideal (`ideals`: ideal DCG
     by cut-off), from where their judged documents stand: per document, its gain and
     {first rank: lists showing it there}. The sums of `score_list` list by list, at the cost of
-    the judged documents rather than of the lists."""
+    the judged documents rather than of the lists; with their DCGs' `squares`
+    (`list_squares.ListSquares`), their nDCGs' too."""
     deepest = max(ideals, default=0)
     discount(deepest)
     discounts = _DISCOUNTS
@@ -290,12 +297,18 @@ def pooled_sums(
         within = [(term, count) for rank, term, count in shown if rank <= k]
         sums[dcg_at(k)] = math.fsum([term for term, _ in within])
         sums[judged_at(k)] = sum([count for _, count in within]) / k
+    if squares:
+        sums.update(squares)
     return pooled_ndcg(sums, impressions, ideals)
 
 
 def pooled_ndcg(sums: dict[str, float], impressions: int, ideals: Mapping[int, float]) -> dict[str, float]:
     """Set the nDCG sums from the DCG sums of `impressions` lists sharing the pool ideal: the sum
-    of their nDCG is the sum of their DCG over it."""
+    of their nDCG is the sum of their DCG over it, and of their squares the DCG's squares over its
+    square (where those are known)."""
     for k, ideal in ideals.items():
         sums[ndcg_at(k)], sums[scored_at(k)] = ndcg_sums([(ndcg(sums[dcg_at(k)], ideal), impressions)])
+        squares = sums.get(dcg_squares_at(k))
+        if squares is not None:
+            sums[ndcg_squares_at(k)] = squares / (ideal * ideal) if ideal > 0.0 else 0.0
     return sums

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stream_ndcg.events import Judgment, revision_precedence
+from stream_ndcg.list_squares import ListSquares
 from stream_ndcg.metric import discount, first_occurrences
 
 # (ts, event_id, grade, source): one judgment event of a (query, document) pair.
@@ -45,9 +46,14 @@ class Group:
     """The impressions of one query in one time bucket and one segment."""
 
     impressions: int = 0
-    # Each distinct list with its count; kept here only for the list ideal,
-    # which scores list by list (the store keeps them all for drill-down).
+    # Each distinct list with its count: the list ideal scores list by list, and under the pool
+    # ideal the sums of squares need each list's own DCG.
     lists: dict[tuple[str, ...], int] = field(default_factory=dict)
+    # Whether the stored group holds its lists: under the pool ideal they are read from the
+    # bucket's lists, which the store keeps anyway (for drill-down), rather than written twice.
+    lists_stored: bool = field(default=True, repr=False, compare=False)
+    # Under the pool ideal, its lists' DCGs and the sums of their squares, kept up to date.
+    squares: ListSquares = field(default_factory=ListSquares, repr=False, compare=False)
     # What this group has added to the aggregates, per field: the engine adds
     # the difference whenever it recomputes the group.
     credited: dict[str, float] = field(default_factory=dict)
@@ -65,11 +71,11 @@ class Group:
     # stored form, `state.format`) compares to know it is still theirs.
     ranks_changes: int = field(default=0, repr=False, compare=False)
 
-    def add_list(self, ranked: tuple[str, ...], count: int, depth: int, *, keep_list: bool) -> None:
+    def add_list(self, ranked: tuple[str, ...], count: int, depth: int) -> None:
         self.ranks_changes += 1
         self._exposure = None
-        if keep_list:
-            self.lists[ranked] = self.lists.get(ranked, 0) + count
+        self.lists[ranked] = self.lists.get(ranked, 0) + count
+        self.squares.added(ranked, count)
         shown = self._shown_at
         for rank, doc in first_occurrences(ranked, depth):
             at = self.ranks.setdefault(doc, {})

@@ -2,7 +2,8 @@
 
 import warnings
 
-from stream_ndcg.offline.replay import Replay, ScoredImpression, ScoreTotals
+from stream_ndcg.offline.replay import Replay, ScoredImpression
+from stream_ndcg.offline.totals import ScoreTotals
 
 __all__ = ["Replay", "ScoreTotals", "ScoredImpression"]
 

@@ -65,9 +65,12 @@ def explorer(settings: Settings, window_totals: WindowTotals | None = None) -> E
     """The drill-down's reader, on a store of its own: its reads never touch the consumer's cache.
     Its summary reads `window_totals` (the exporter's, in `run`) if given; a query's click evidence,
     the judge's store under the same namespace."""
+    label, _, value = settings.control.partition("=")
     return Explorer(wiring.redis_store(settings), WindowView.from_settings(settings), settings.measure,
                     settings.horizon, window_totals=window_totals,
-                    clicks=ClickEvidence(wiring.judge_store(settings), settings.key_namespace))
+                    clicks=ClickEvidence(wiring.judge_store(settings), settings.key_namespace),
+                    control=(label, value) if settings.control else None, alpha=settings.alpha,
+                    n_star=settings.n_star)
 
 
 def run(settings: Settings) -> int:
@@ -77,8 +80,11 @@ def run(settings: Settings) -> int:
     port = exporter.serve(settings.metrics_host, settings.metrics_port, ready=processor.ready)
     logger.info("metrics on http://%s:%d/metrics", settings.metrics_host, port)
     api = None
+    if settings.drilldown:
+        reader = explorer(settings, exporter.window_totals)
+        exporter.export_query_figures(reader.query_figures)
     if settings.api_port and settings.drilldown:
-        api = Api(explorer(settings, exporter.window_totals), token=settings.api_token)
+        api = Api(reader, token=settings.api_token)
         api_port = api.serve(settings.api_host, settings.api_port)
         logger.info("drill-down API and page on http://%s:%d/", settings.api_host, api_port)
     elif not settings.drilldown:

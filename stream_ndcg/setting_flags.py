@@ -9,7 +9,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import fields
 
 from stream_ndcg import setting_values as values
-from stream_ndcg.config import DURATION, Settings, env_name, flag_name
+from stream_ndcg.config import Settings, env_name, flag_name
+from stream_ndcg.setting_fields import DURATION
 
 
 def shown_default(name: str) -> str:

@@ -165,6 +165,26 @@ def choice(*options: str, fold: bool = False) -> Callable[[Any], str]:
     return parse
 
 
+def fraction(value: Any) -> float:
+    """A probability strictly between 0 and 1 (an alpha)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise Bad(f"{value!r} is not a number") from None
+    if isinstance(value, bool) or not 0.0 < number < 1.0:
+        raise Bad(f"{value!r} must be between 0 and 1, both excluded")
+    return number
+
+
+def segment_value(value: Any) -> str:
+    """A segment label's value as label=value, or '' for none."""
+    text = as_text(value).strip()
+    label, equals, wanted = text.partition("=")
+    if text and (not equals or not label.strip() or not wanted.strip()):
+        raise Bad(f"{value!r} is not label=value (e.g. variant=A)")
+    return f"{label.strip()}={wanted.strip()}" if text else ""
+
+
 def topic(value: Any) -> str:
     text = as_text(value).strip()
     if text and not _TOPIC.match(text):

@@ -47,6 +47,21 @@ def judged_at(k: int) -> str:
     return f"judged@{k}"
 
 
+def dcg_squares_at(k: int) -> str:
+    """The sum of squares of DCG@k, over the impressions `dcg_at` sums: with it the variance."""
+    return f"dcg_sq@{k}"
+
+
+def ndcg_squares_at(k: int) -> str:
+    """The sum of squares of nDCG@k, over the impressions `ndcg_at` sums."""
+    return f"ndcg_sq@{k}"
+
+
+# How many impressions the sums of squares hold: all of them, but for groups stored in state
+# format 4 or earlier and not re-credited since (`state.format`), whose squares are unknown.
+MOMENTS: Final = "moments"
+
+
 def exposure_at(k: int) -> str:
     """The sum of the top-k exposure, 1 / log2(rank + 1) per distinct document at rank <= k
     (drill-down rows only: what the judging queue shares out)."""
@@ -167,6 +182,16 @@ class MetricName:
     JUDGED_RATIO: Final = f"{PREFIX}_judged_ratio"
     JUDGED_RATIO_NUMERATOR: Final = f"{PREFIX}_judged_ratio_numerator"
     IMPRESSIONS: Final = f"{PREFIX}_impressions"
+    NDCG_SQUARES: Final = f"{PREFIX}_ndcg_squares"
+    DCG_SQUARES: Final = f"{PREFIX}_dcg_squares"
+    SQUARED_IMPRESSIONS: Final = f"{PREFIX}_squared_impressions"
+    NDCG_STANDARD_ERROR: Final = f"{PREFIX}_ndcg_standard_error"
+    DCG_STANDARD_ERROR: Final = f"{PREFIX}_dcg_standard_error"
+    # From the drill-down's per-query sums: exported with drilldown = true only.
+    NDCG_CLUSTERED_STANDARD_ERROR: Final = f"{PREFIX}_ndcg_clustered_standard_error"
+    DCG_CLUSTERED_STANDARD_ERROR: Final = f"{PREFIX}_dcg_clustered_standard_error"
+    NDCG_QUERY_MEAN: Final = f"{PREFIX}_ndcg_query_mean"
+    QUERIES: Final = f"{PREFIX}_queries"
     # `judge`'s, read from its shared state at scrape time.
     JUDGE_EVENTS: Final = f"{PREFIX}_judge_events"
     JUDGE_EVENTS_REJECTED: Final = f"{PREFIX}_judge_events_rejected"

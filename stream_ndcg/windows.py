@@ -15,7 +15,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 
-from stream_ndcg.vocabulary import IMPRESSIONS, AggregateKey, dcg_at, judged_at, ndcg_at, scored_at, segment_values
+from stream_ndcg.comparisons import standard_error
+from stream_ndcg.vocabulary import (
+    IMPRESSIONS,
+    MOMENTS,
+    AggregateKey,
+    dcg_at,
+    dcg_squares_at,
+    judged_at,
+    ndcg_at,
+    ndcg_squares_at,
+    scored_at,
+    segment_values,
+)
 
 
 def oldest_kept_bucket(clock_ms: float, horizon_ms: int, bucket_ms: int) -> int:
@@ -65,11 +77,16 @@ def field_sums(
 
 def means(sums: Mapping[str, float], cutoffs: Iterable[int]) -> dict[str, dict[str, float | None]]:
     """Per cut-off, the sums and their means: nDCG over the scored impressions, DCG and the judged
-    ratio over all of them; a mean with nothing to average is None."""
+    ratio over all of them; a mean with nothing to average is None. With them the sums of squares
+    and each mean's impression-level standard error (`comparisons.standard_error`): None under 2
+    impressions, and when the squares do not hold every impression (`vocabulary.MOMENTS`)."""
     impressions = sums.get(IMPRESSIONS, 0.0)
+    squared = sums.get(MOMENTS, 0.0)
+    complete = squared == impressions
     rows: dict[str, dict[str, float | None]] = {}
     for k in cutoffs:
-        scored, ndcg, dcg, judged = (sums.get(name(k), 0.0) for name in (scored_at, ndcg_at, dcg_at, judged_at))
+        scored, ndcg, dcg, judged, ndcg_squares, dcg_squares = (sums.get(name(k), 0.0) for name in (
+            scored_at, ndcg_at, dcg_at, judged_at, ndcg_squares_at, dcg_squares_at))
         rows[str(k)] = {
             "ndcg_mean": mean(ndcg, scored),
             "dcg_mean": mean(dcg, impressions),
@@ -79,6 +96,11 @@ def means(sums: Mapping[str, float], cutoffs: Iterable[int]) -> dict[str, dict[s
             "judged_sum": judged,
             "scored_impressions": scored,
             "impressions": impressions,
+            "ndcg_squares": ndcg_squares,
+            "dcg_squares": dcg_squares,
+            "squared_impressions": squared,
+            "ndcg_standard_error": standard_error(scored, ndcg, ndcg_squares) if complete else None,
+            "dcg_standard_error": standard_error(impressions, dcg, dcg_squares) if complete else None,
         }
     return rows
 

@@ -17,7 +17,7 @@ A pair below `click_min_impressions` has no grade, and no evidence here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from stream_ndcg.click_models import model_of_evidence, score_of_evidence
@@ -65,3 +65,15 @@ class ClickEvidence:
                 "documents": {doc: {"grade": given.grade, "ts": given.ts, "score": score_of_evidence(given.evidence),
                                     "evidence": given.evidence}
                               for doc, given in sorted(latest.items())}}
+
+
+def of_query(evidence: ClickEvidence | None, query_id: str, partitions: Collection[str], docs: Collection[str],
+             sources: Mapping[str, tuple[str, Mapping[str, float | None]]]) -> dict[str, Any]:
+    """A query's `clicks` answer: its documents' grades from clicks, each with the other sources'
+    grades beside the click model's (a rater's, where there is one)."""
+    if evidence is None:
+        return unavailable("this drill-down does not read the judge's store")
+    clicks = evidence.of(query_id, partitions, docs)
+    for doc, entry in clicks["documents"].items():
+        entry["other_grades"] = {s: g for s, g in sources.get(doc, ("", {}))[1].items() if s != clicks["model"]}
+    return clicks

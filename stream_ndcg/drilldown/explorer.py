@@ -16,13 +16,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from stream_ndcg import rows
-from stream_ndcg.drilldown import index, queue
-from stream_ndcg.drilldown.clicks import ClickEvidence, unavailable
+from stream_ndcg.comparisons import ALPHA, N_STAR
+from stream_ndcg.drilldown import compare, index, queue
+from stream_ndcg.drilldown.clicks import ClickEvidence, of_query
 from stream_ndcg.errors import BadParameter, NotFound
 from stream_ndcg.exporter import WindowTotals, WindowView
 from stream_ndcg.metric import Measure, ideal_dcg
@@ -38,9 +39,12 @@ MAX_LIMIT = {"queries": 1000, "judging-queue": 10_000, "query": 1000}
 MAX_QUERY_ID = 512
 # Queries whose unjudged exposures the judging queue keeps between requests (the head of the queue).
 EXPOSURES_KEPT = 20_000
+# What the summary reports of `windows.means` per cut-off.
+SUMMARY_FIGURES = ("ndcg_mean", "ndcg_standard_error", "dcg_mean", "dcg_standard_error", "judged_ratio",
+                   "scored_impressions")
 _ORDERS = ("asc", "desc")
 _FORMATS = ("json", "jsonl", "csv")
-_KNOWN = {"window", "k", "sort", "order", "limit", "offset", "min_impressions", "vs", "format"}
+_KNOWN = {"window", "k", "sort", "order", "limit", "offset", "min_impressions", "vs", "format", "control"}
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,8 @@ class Question:
     segment: dict[str, str] = field(default_factory=dict)
     # None, "previous", or (label, value): another value of one segment label.
     vs: str | tuple[str, str] | None = None
+    # (label, value): what the summary compares every other value of the label with.
+    control: tuple[str, str] | None = None
     sort: str = "ndcg"
     descending: bool = False
     limit: int = 50
@@ -93,6 +99,9 @@ class Question:
                                              f"({', '.join(view.segment_labels) or 'none configured'})")
                 segment[label] = one(name, "")
         vs = _comparison(one("vs", ""), view)
+        control = _comparison(one("control", ""), view, "control")
+        if control == "previous":
+            raise BadParameter("control", "use <label>:<value> with a segment label")
         sort = one("sort", "ndcg")
         if sort not in index.SORTS:
             raise BadParameter("sort", f"{sort!r} is not a column ({', '.join(index.SORTS)})")
@@ -106,7 +115,8 @@ class Question:
         form = one("format", "json")
         if form not in _FORMATS:
             raise BadParameter("format", f"{form!r} is not one of {', '.join(_FORMATS)}")
-        return cls(window_ms=window_ms, k=k, segment=segment, vs=vs, sort=sort, descending=order == "desc",
+        return cls(window_ms=window_ms, k=k, segment=segment, vs=vs,
+                   control=control if isinstance(control, tuple) else None, sort=sort, descending=order == "desc",
                    limit=limit, offset=_integer("offset", one("offset", "0"), 0),
                    min_impressions=_integer("min_impressions", one("min_impressions", "1"), 0), format=form)
 
@@ -122,14 +132,14 @@ def _integer(name: str, text: str, least: int, most: int | None = None) -> int:
     return value
 
 
-def _comparison(text: str, view: WindowView) -> str | tuple[str, str] | None:
+def _comparison(text: str, view: WindowView, name: str = "vs") -> str | tuple[str, str] | None:
     if not text:
         return None
     if text == "previous":
         return text
     label, sep, value = text.partition(":")
     if not sep or label not in view.segment_labels:
-        raise BadParameter("vs", f"{text[:80]!r}: use previous or <label>:<value> with a segment label "
+        raise BadParameter(name, f"{text[:80]!r}: use previous or <label>:<value> with a segment label "
                                  f"({', '.join(view.segment_labels) or 'none configured'})")
     return label, value
 
@@ -144,18 +154,17 @@ class Explorer:
     """Answers the drill-down questions from a store; safe to call from several threads."""
 
     def __init__(self, store: StateStore, view: WindowView, measure: Measure, horizon_ms: int,
-                 clock: Callable[[], float] = time.time, window_totals: WindowTotals | None = None,
-                 clicks: ClickEvidence | None = None) -> None:
-        self.store = store
-        # The judge's grades and evidence of a query's documents (None: not read, and said so).
-        self.clicks = clicks
-        self.view = view
+                 clock: Callable[[], float] = time.time, window_totals: WindowTotals | None = None, *,
+                 clicks: ClickEvidence | None = None, control: tuple[str, str] | None = None,
+                 alpha: float = ALPHA, n_star: float = N_STAR) -> None:
+        self.store, self.view = store, view
+        # The judge's grades and evidence of a query's documents (None: not read, and said so), and the
+        # summary's comparisons: the control when a request names none, with their alpha and N*.
+        self.clicks, self.control, self.alpha, self.n_star = clicks, control, alpha, n_star
         # The summary's sums: the exporter's in the service (the gauges' numbers, read once for
         # both), else kept here.
         self.window_totals = window_totals or WindowTotals(store, view)
-        self.measure = measure
-        self.horizon_ms = horizon_ms
-        self.clock = clock
+        self.measure, self.horizon_ms, self.clock = measure, horizon_ms, clock
         self.index = index.QueryIndex(rows.row_fields(measure.cutoffs))
         self._cursors: dict[str, str | None] = {}
         # (query, k) -> (the query's index version when read, its unjudged exposures per group).
@@ -223,23 +232,53 @@ class Explorer:
     def _buckets(self, question: Question, now_ms: int) -> tuple[int, int]:
         return self.view.window_buckets(now_ms, question.window_ms)
 
+    def query_figures(self, now_ms: int, wanted: Mapping[int, Iterable[tuple[str, ...]]]) -> dict[
+            int, dict[tuple[str, ...], list[dict[str, float | None]]]]:
+        """Per window and segment values in `wanted`, the figures over the window's queries per
+        cut-off (`index.QueryIndex.over_queries`): what the exporter exports beside the means."""
+        labels = self.view.segment_labels
+        with self._lock:
+            self._refresh(now_ms)
+            return {window: {values: self.index.over_queries(*self.view.window_buckets(now_ms, window),
+                                                              dict(zip(labels, values, strict=True)))
+                             for values in all_values}
+                    for window, all_values in wanted.items()}
+
     def summary(self, question: Question) -> dict[str, Any]:
-        """The window means per segment: the numbers the gauges show."""
+        """The window means per segment: the numbers the gauges show, each mean with its
+        impression-level and query-clustered standard errors, and the query-averaged means."""
         now = self._now_ms()
         first, last = self._buckets(question, now)
+        totals = self.window_totals.at(now)[question.window_ms]
+        over_queries = self.query_figures(now, {question.window_ms: list(totals)})[question.window_ms]
         rows = []
-        for values, sums in sorted(self.window_totals.at(now)[question.window_ms].items()):
+        for values, sums in sorted(totals.items()):
             by_k = means(sums, self.view.cutoffs)
             rows.append({
                 "segment": dict(zip(self.view.segment_labels, values, strict=True)),
                 "impressions": by_k[str(self.view.cutoffs[0])]["impressions"],
-                "k": {k: {name: row[name] for name in ("ndcg_mean", "dcg_mean", "judged_ratio", "scored_impressions")}
-                      for k, row in by_k.items()},
+                "k": {k: {**{name: row[name] for name in SUMMARY_FIGURES}, **over_queries[values][i]}
+                      for i, (k, row) in enumerate(by_k.items())},
             })
+        control = question.control or self.control
         return {"window": format_duration(question.window_ms),
                 "windows": [format_duration(w) for w in self.view.windows_ms],
                 "cutoffs": list(self.view.cutoffs), "segment_labels": list(self.view.segment_labels),
-                "now_ms": now, "buckets": [first, last], **self._edges(first, last), "rows": rows}
+                "now_ms": now, "buckets": [first, last], **self._edges(first, last), "rows": rows,
+                "comparisons": None if control is None else self._comparisons(control, totals, first, last)}
+
+    def _comparisons(self, control: tuple[str, str], totals: Mapping[tuple[str, ...], Mapping[str, float]],
+                     first: int, last: int) -> dict[str, Any]:
+        """Every other value of the control's label against it, per cut-off (`compare.against`)."""
+        label, value = control
+        at = self.view.segment_labels.index(label)
+        # The index's rows change in place as it reads on: the arms are taken while it is held.
+        with self._lock:
+            tables = {values[at]: self.index.window(first, last, {label: values[at]}) for values in totals}
+            arms = [compare.arms_at(totals, at, tables, i, k) for i, k in enumerate(self.view.cutoffs)]
+        return {"control": {"label": label, "value": value},
+                "k": {str(k): compare.against(arms[i], value, self.alpha, self.n_star)
+                      for i, k in enumerate(self.view.cutoffs)}}
 
     def queries(self, question: Question) -> dict[str, Any]:
         """Per query: the window's figures, and the change against `vs`."""
@@ -310,11 +349,8 @@ class Explorer:
         ideal = sorted(grades.items(), key=lambda item: (-item[1], item[0]))
         details = index.list_details(lists, grades, self.measure, {doc: held[0] for doc, held in sources.items()})
         gains = [self.measure.gain_of(g) for g in grades.values()]
-        clicks = (unavailable("this drill-down does not read the judge's store") if self.clicks is None else
-                  self.clicks.of(query_id, partitions, {*grades, *(doc for ranked, _, _ in lists for doc in ranked)}))
-        for doc, entry in clicks["documents"].items():
-            # The other sources' grades beside the click model's: a rater's, where there is one.
-            entry["other_grades"] = {s: g for s, g in sources.get(doc, ("", {}))[1].items() if s != clicks["model"]}
+        clicks = of_query(self.clicks, query_id, partitions,
+                          {*grades, *(doc for ranked, _, _ in lists for doc in ranked)}, sources)
         return {
             "query_id": query_id, "window": format_duration(question.window_ms), "now_ms": now,
             "buckets": [first, last], **self._edges(first, last), "cutoffs": list(self.measure.cutoffs),

@@ -22,8 +22,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from stream_ndcg.drilldown.spread import QuerySpread
 from stream_ndcg.metric import Measure, first_occurrences, ideal_dcg, score_list
-from stream_ndcg.rows import DCG, EXPOSURE, JUDGED, NDCG, SCORED, Row, add_into, row_index
+from stream_ndcg.rows import DCG, EXPOSURE, FIGURES_PER_K, JUDGED, NDCG, SCORED, Row, add_into, row_index
 from stream_ndcg.vocabulary import MISSING, parse_segment_key
 from stream_ndcg.windows import mean
 
@@ -47,6 +48,8 @@ class _View:
     admits: dict[str, str]
     # query -> summed row, over the buckets first..last of every partition and the wanted segments.
     sums: dict[str, list[float]] = field(default_factory=dict)
+    # Per cut-off, the nDCG's and the DCG's spread over the queries of `sums`.
+    spreads: list[tuple[QuerySpread, QuerySpread]] = field(default_factory=list)
 
 
 class QueryIndex:
@@ -57,8 +60,9 @@ class QueryIndex:
     request costs what changed since the last, not what the window holds.
     """
 
-    # Running windows kept: the windows of a page (with their previous ones) fit many times over.
-    MAX_VIEWS = 16
+    # Running windows kept: one per window and segment values for the exporter's figures over
+    # queries (`over_queries`), and the windows of a page (with their previous ones) besides.
+    MAX_VIEWS = 64
 
     def __init__(self, fields: Sequence[str]) -> None:
         self.fields = tuple(fields)
@@ -118,6 +122,22 @@ class QueryIndex:
     def window(self, first: int, last: int, wanted: SegmentFilter) -> dict[str, list[float]]:
         """The summed rows per query of buckets first..last and the segments `wanted` admits; do
         not modify them."""
+        return self._view(first, last, wanted).sums
+
+    def over_queries(self, first: int, last: int, wanted: SegmentFilter) -> list[dict[str, float | None]]:
+        """Per cut-off, the figures of `window`'s queries: the query-clustered standard errors of
+        the nDCG and DCG means and the query-averaged means (`spread.QuerySpread`)."""
+        view = self._view(first, last, wanted)
+        out = []
+        for ndcg, dcg in view.spreads:
+            ndcg_error, ndcg_query_mean = ndcg.figures()
+            dcg_error, dcg_query_mean = dcg.figures()
+            out.append({"ndcg_clustered_standard_error": ndcg_error, "dcg_clustered_standard_error": dcg_error,
+                        "ndcg_query_mean": ndcg_query_mean, "dcg_query_mean": dcg_query_mean,
+                        "queries": float(dcg.queries)})
+        return out
+
+    def _view(self, first: int, last: int, wanted: SegmentFilter) -> _View:
         key = (first, last, tuple(sorted(wanted.items())))
         view = self._views.get(key)
         if view is None:
@@ -126,7 +146,7 @@ class QueryIndex:
         self._views.move_to_end(key)
         while len(self._views) > self.MAX_VIEWS:
             self._views.popitem(last=False)
-        return view.sums
+        return view
 
     def _slid_view(self, first: int, last: int, wanted: tuple[tuple[str, str], ...]) -> _View | None:
         """The nearest older view of the same length and segments, moved forward: what left it
@@ -146,7 +166,9 @@ class QueryIndex:
         return view
 
     def _new_view(self, first: int, last: int, wanted: tuple[tuple[str, str], ...]) -> _View:
-        view = _View(first, last, wanted, dict(wanted))
+        cutoffs = (len(self.fields) - 1) // len(FIGURES_PER_K)
+        view = _View(first, last, wanted, dict(wanted),
+                     spreads=[(QuerySpread(), QuerySpread()) for _ in range(cutoffs)])
         for bucket in range(first, last + 1):
             self._add_bucket(view, bucket, 1.0)
         return view
@@ -160,12 +182,27 @@ class QueryIndex:
         if view.admits and not matches(segment, view.admits):
             return
         total = view.sums.get(query_id)
+        before = None if total is None else _cells(total, len(view.spreads))
         if total is None:
             total = view.sums[query_id] = [0.0] * len(row)
         add_into(total, row, sign)
         # Impressions are whole numbers, exact in a float: a row that left for good left nothing.
         if total[0] <= 0.0:
             del view.sums[query_id]
+            after = None
+        else:
+            after = _cells(total, len(view.spreads))
+        for i, (ndcg, dcg) in enumerate(view.spreads):
+            ndcg.move(None if before is None else before[2 * i], None if after is None else after[2 * i])
+            dcg.move(None if before is None else before[2 * i + 1], None if after is None else after[2 * i + 1])
+
+
+def _cells(row: Sequence[float], cutoffs: int) -> list[tuple[float, float]]:
+    """Per cut-off, a query's (scored impressions, nDCG sum) and (impressions, DCG sum)."""
+    cells = []
+    for i in range(cutoffs):
+        cells += [(row[row_index(i, SCORED)], row[row_index(i, NDCG)]), (row[0], row[row_index(i, DCG)])]
+    return cells
 
 
 def figures(row: Sequence[float], cutoff_index: int) -> dict[str, float | None]:

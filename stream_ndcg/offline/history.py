@@ -196,12 +196,14 @@ class History:
 def settings_of(*, k: Sequence[int] | str | None = None, gain: str | None = None, ideal: str | None = None,
                 max_results: int | str | None = None, bucket: str | None = None, windows: str | None = None,
                 segment_labels: str | None = None, pipeline: str | None = None,
-                dedup_horizon: str | None = None, judgment_sources: str | None = None) -> Settings:
-    """The service's settings for a history, its defaults where a value is None; ConfigError if invalid."""
+                dedup_horizon: str | None = None, judgment_sources: str | None = None,
+                control: str | None = None, alpha: str | None = None, n_star: str | None = None) -> Settings:
+    """The service's settings for a history (or a replay), its defaults where a value is None;
+    ConfigError if invalid."""
     flags: dict[str, Any] = {"k": k, "gain": gain, "ideal": ideal, "max_results": max_results, "bucket": bucket,
                              "windows": windows, "segment_labels": segment_labels, "namespace": pipeline,
                              "dedup_horizon": dedup_horizon, "judgment_sources": judgment_sources,
-                             "clock": "event"}
+                             "control": control, "alpha": alpha, "n_star": n_star, "clock": "event"}
     return Settings.load(flags=flags)
 
 

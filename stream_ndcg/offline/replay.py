@@ -30,30 +30,27 @@ list is counted and set aside, as `run` sets it aside.
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from stream_ndcg.click_judge import ClickJudge, ClickJudgment
+from stream_ndcg.comparisons import ALPHA, N_STAR
+from stream_ndcg.drilldown.compare import against
 from stream_ndcg.drilldown.index import figures
 from stream_ndcg.events import DEFAULT_LIMITS, Click, Impression, InvalidEvent, Judgment, Limits, parse_event
-from stream_ndcg.metric import ListScore, ListScorer, Measure, ndcg_sums
+from stream_ndcg.metric import ListScore, ListScorer, Measure
+from stream_ndcg.offline.totals import ScoreTotals
 from stream_ndcg.rows import add_into, group_tops, impression_row, row_fields
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.vocabulary import (
     CLICK,
     IMPRESSION,
-    IMPRESSIONS,
     JUDGMENT,
     UNLISTED_SOURCE,
-    dcg_at,
     full_segment_key,
-    judged_at,
-    ndcg_at,
-    scored_at,
 )
-from stream_ndcg.windows import means, oldest_kept_bucket, window_buckets
+from stream_ndcg.windows import oldest_kept_bucket, window_buckets
 
 
 class ScoredImpression(NamedTuple):
@@ -258,12 +255,15 @@ class Replay:
                        "sums": dict(zip(fields, row, strict=True)),
                        "k": {str(k): figures(row, i) for i, k in enumerate(self.measure.cutoffs)}}
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, control: tuple[str, str] | None = None, alpha: float = ALPHA,
+                n_star: float = N_STAR) -> dict[str, Any]:
+        """The means of every impression, overall and per segment value; with a `control` (label,
+        value), every other value of its label compared with it (`drilldown.compare.against`)."""
         cutoffs = self.measure.cutoffs
         overall = ScoreTotals(cutoffs)
         by_segment: dict[str, dict[str, ScoreTotals]] = {}
-        for (_, _, _, _, segment, _), score in self._scores():
-            overall.add(score)
+        for (_, query_id, _, _, segment, _), score in self._scores():
+            overall.add(score, query_id)
             for key, value in segment:
                 values = by_segment.get(key)
                 if values is None:
@@ -271,7 +271,9 @@ class Replay:
                 totals = values.get(value)
                 if totals is None:
                     totals = values[value] = ScoreTotals(cutoffs)
-                totals.add(score)
+                totals.add(score, query_id)
+        # The values of the control's label, each an arm.
+        arms = by_segment.get(control[0], {}) if control is not None else {}
         return {
             "k": overall.means(),
             "by_segment": {key: {value: totals.means() for value, totals in sorted(values.items())}
@@ -286,45 +288,9 @@ class Replay:
             },
             **({"click_judgments": {**self.click_judge.summary(), "set_aside": self.set_aside}}
                if self.click_judge is not None else {}),
+            **({"comparisons": {
+                "control": {"label": control[0], "value": control[1]},
+                "k": {str(k): against({value: totals.arm(i) for value, totals in arms.items()}, control[1], alpha,
+                                      n_star) for i, k in enumerate(cutoffs)}}}
+               if control is not None else {}),
         }
-
-
-class ScoreTotals:
-    """The aggregate fields of lists scored one by one (`metric.list_sums`, each list shown once),
-    gathered as they come: only their terms are kept, as floats, for `math.fsum`, rather than
-    every score."""
-
-    def __init__(self, cutoffs: tuple[int, ...], scores: Iterable[ListScore] = ()) -> None:
-        self.cutoffs = cutoffs
-        self.impressions = 0
-        # Per cut-off: every DCG, every defined nDCG, every judged ratio.
-        self._terms: dict[int, tuple[list[float], list[float], list[float]]] = {k: ([], [], []) for k in cutoffs}
-        for score in scores:
-            self.add(score)
-
-    def add(self, score: ListScore) -> None:
-        self.impressions += 1
-        for k, (dcgs, ndcgs, judged) in self._terms.items():
-            dcgs.append(score.dcg[k])
-            value = score.ndcg[k]
-            if value is not None:
-                ndcgs.append(value)
-            judged.append(score.judged_ratio[k])
-
-    def sums(self) -> dict[str, float]:
-        sums = {IMPRESSIONS: float(self.impressions)}
-        for k, (dcgs, ndcgs, judged) in self._terms.items():
-            sums[dcg_at(k)] = math.fsum(dcgs)
-            sums[ndcg_at(k)], sums[scored_at(k)] = ndcg_sums((value, 1) for value in ndcgs)
-            sums[judged_at(k)] = math.fsum(judged)
-        return sums
-
-    def means(self) -> dict[str, dict[str, Any]]:
-        """Means per cut-off: nDCG over scored impressions, DCG and judged ratio over all (the
-        service's window means, over every impression)."""
-        sums = self.sums()
-        rows = means(sums, self.cutoffs)
-        return {str(k): {"ndcg_mean": rows[str(k)]["ndcg_mean"], "dcg_mean": rows[str(k)]["dcg_mean"],
-                         "judged_ratio": rows[str(k)]["judged_ratio"],
-                         "scored_impressions": int(sums[scored_at(k)]), "impressions": self.impressions}
-                for k in self.cutoffs}

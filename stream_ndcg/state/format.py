@@ -13,11 +13,14 @@ A query state is one hash:
                            batch's events to it (`revisions_tail`), or writes it whole when old
                            ones were forgotten
     g|<bucket>|<segment>   JSON group [impressions, credited, ranks, lists]:
-                           credited  [[cut-offs], impressions, then per cut-off its dcg, judged,
-                                     ndcg and scored sums], or {field: sum} for any other set
+                           credited  [[cut-offs], impressions, moments, then per cut-off its dcg,
+                                     judged, ndcg, scored, dcg_sq and ndcg_sq sums] (format 5;
+                                     without moments and the squares as formats 1 to 4 wrote
+                                     it), or {field: sum} for any other set
                            ranks     flat: each document, then its first ranks, `rank` where one
                                      impression shows it there, `[rank, impressions]` where more do
-                           lists     [[list, impressions]] (kept for the list ideal only)
+                           lists     [[list, impressions]] (for the list ideal only: under the pool
+                                     ideal a group's lists are those of its bucket's lists hash)
                            e.g. [2,[[5,10],2,1.5,0.2,...],["d3",1,4,"d14",[2,2]],[]]. Formats 1
                            and 2 wrote {"n": impressions, "c": {field: sum}, "r": {doc: {first
                            rank: impressions}}, "l": lists}, read as they are.
@@ -41,9 +44,12 @@ are re-credited).
 `FORMAT_VERSION` numbers this layout. A store records it with the state and
 refuses state recorded with a version it cannot read (`check_format`): this one
 reads 1 (JSON list fields; state recorded before the number existed is version
-1), 2 (lists as positions), 3 (groups by position) and 4 (judgment events with their
-source), and records 4, which releases that read only 1 to 3 refuse: they would
-take every source's events for raters'.
+1), 2 (lists as positions), 3 (groups by position), 4 (judgment events with their
+source) and 5 (sums of squares), and records 5, which releases that read only 1 to 4 refuse:
+they would drop the squares of every group they re-credit. A group of formats 1 to 4 has no
+squares: the engine adds them when it re-credits the group (the store gives a group of the pool
+ideal its lists from the bucket's on load, `RedisStore.load`), and until then the `moments` sum
+counts its impressions out.
 """
 
 from __future__ import annotations
@@ -59,12 +65,22 @@ from stream_ndcg.engine import BatchOutcome, QueryChange
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.query_state import Group, QueryState, Revision
 from stream_ndcg.rows import Row
-from stream_ndcg.vocabulary import IMPRESSIONS, RATERS, dcg_at, judged_at, ndcg_at, scored_at
+from stream_ndcg.vocabulary import (
+    IMPRESSIONS,
+    MOMENTS,
+    RATERS,
+    dcg_at,
+    dcg_squares_at,
+    judged_at,
+    ndcg_at,
+    ndcg_squares_at,
+    scored_at,
+)
 
 # Bump it with any change to the layout above, and teach the stores to read the old one or to refuse it.
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 # What this release reads; it records FORMAT_VERSION over any of them.
-READABLE_FORMATS = ("1", "2", "3", "4")
+READABLE_FORMATS = ("1", "2", "3", "4", "5")
 
 
 def check_format(found: str | None) -> None:
@@ -91,6 +107,7 @@ def encode_group(group: Group) -> str:
     else:
         cutoffs, names = layout
         credited = _whole_numbers_short(orjson.dumps([cutoffs, *[group.credited[name] for name in names]]))
+    # The ranks and the lists change together (`Group.add_list`).
     encoded_ranks = _ENCODED_RANKS.get(group)
     if encoded_ranks is None:
         ranks: list[object] = []
@@ -99,9 +116,13 @@ def encode_group(group: Group) -> str:
             append(doc)
             for rank, count in at.items():
                 append(rank if count == 1 else [rank, count])
-        encoded_ranks = _ENCODED_RANKS.put(group, _kept(ranks))
-    lists = orjson.dumps([[list(ranked), count] for ranked, count in group.lists.items()])
-    return f"[{group.impressions},{credited.decode()},{encoded_ranks},{lists.decode()}]"
+        lists = _encoded_lists(group.lists) if group.lists_stored else "[]"
+        encoded_ranks = _ENCODED_RANKS.put(group, f"{_kept(ranks)},{lists}")
+    return f"[{group.impressions},{credited.decode()},{encoded_ranks}]"
+
+
+def _encoded_lists(lists: Mapping[tuple[str, ...], int]) -> str:
+    return _kept([[list(ranked), count] for ranked, count in lists.items()])
 
 
 def decode_group(raw: bytes | str) -> Group:
@@ -110,8 +131,10 @@ def decode_group(raw: bytes | str) -> Group:
         return _decode_named_group(data)
     impressions, stored_credited, stored_ranks, stored_lists = data
     if isinstance(stored_credited, list):
-        credited = dict(zip(_sums_in_stored_order(tuple(stored_credited[0])), map(float, stored_credited[1:]),
-                            strict=True))
+        cutoffs = tuple(stored_credited[0])
+        # Formats 1 to 4 stored 1 + 4 figures per cut-off, format 5 2 + 6: never as many.
+        names = _sums_in_stored_order(cutoffs, len(stored_credited) - 1 != 1 + 4 * len(cutoffs))
+        credited = dict(zip(names, map(float, stored_credited[1:]), strict=True))
     else:
         credited = stored_credited
     ranks: dict[str, dict[int, int]] = {}
@@ -123,10 +146,13 @@ def decode_group(raw: bytes | str) -> Group:
             at[item] = 1
         else:
             at[item[0]] = item[1]
-    group = Group(impressions=impressions, credited=credited, ranks=ranks,
-                  lists={tuple(ranked): count for ranked, count in stored_lists})
+    lists = {tuple(ranked): count for ranked, count in stored_lists}
+    # A group with impressions and no list stored is one of the pool ideal: the store gives it its
+    # lists from the bucket's (`complete_lists`).
+    group = Group(impressions=impressions, credited=credited, ranks=ranks, lists=lists,
+                  lists_stored=bool(lists) or not impressions)
     # Kept encoded for the group's next write (a judgment rewrites it with these ranks, most often).
-    _ENCODED_RANKS.put(group, _kept(stored_ranks))
+    _ENCODED_RANKS.put(group, f"{_kept(stored_ranks)},{_encoded_lists(lists)}")
     return group
 
 
@@ -179,9 +205,13 @@ def _decode_named_group(data: dict[str, Any]) -> Group:
 
 
 @functools.cache
-def _sums_in_stored_order(cutoffs: tuple[int, ...]) -> tuple[str, ...]:
-    """The stored order of a group's credited figures when they are those of `cutoffs`."""
-    return (IMPRESSIONS, *(name(k) for k in cutoffs for name in (dcg_at, judged_at, ndcg_at, scored_at)))
+def _sums_in_stored_order(cutoffs: tuple[int, ...], squares: bool) -> tuple[str, ...]:
+    """The stored order of a group's credited figures when they are those of `cutoffs`, with the
+    sums of squares (format 5) or without (a group whose squares are unknown, and formats 1 to 4)."""
+    if not squares:
+        return (IMPRESSIONS, *(name(k) for k in cutoffs for name in (dcg_at, judged_at, ndcg_at, scored_at)))
+    return (IMPRESSIONS, MOMENTS, *(name(k) for k in cutoffs for name in (
+        dcg_at, judged_at, ndcg_at, scored_at, dcg_squares_at, ndcg_squares_at)))
 
 
 @functools.cache
@@ -192,7 +222,7 @@ def _credited_layout(names: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[str
         cutoffs = tuple(int(name.removeprefix("dcg@")) for name in names if name.startswith("dcg@"))
     except ValueError:
         return None
-    ordered = _sums_in_stored_order(cutoffs)
+    ordered = _sums_in_stored_order(cutoffs, MOMENTS in names)
     return (cutoffs, ordered) if sorted(ordered) == sorted(names) else None
 
 

@@ -95,6 +95,12 @@ class MemoryStore:
     def load(self, partition: str, query_ids: Collection[str], impressions: Mapping[str, int]) -> Snapshot:
         part = self._partition(partition)
         states = {q: state_from_fields(part.states[q]) for q in query_ids if q in part.states}
+        # A group of the pool ideal is stored without its lists: they are its bucket's, as in Redis.
+        for query_id, state in states.items():
+            for (bucket, segment), group in state.groups.items():
+                if not group.lists_stored:
+                    group.lists = {ranked: count for (b, s, ranked), count in part.lists.get(query_id, {}).items()
+                                   if b == bucket and s == segment}
         known = {i: part.impressions[i] for i in impressions if i in part.impressions}
         return Snapshot(states, known, part.clock_ms)
 

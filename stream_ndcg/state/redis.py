@@ -116,13 +116,41 @@ class RedisStore(RedisReads):
                 pipe.zmscore(self._key(partition, "imp"), ids)
             pipe.hget(self._key(partition, "meta"), "clock")
             replies = pipe.execute()
-        for query_id, fields in zip(queries, replies[: len(queries)], strict=True):
-            if fields:
-                states[query_id] = state_format.state_from_fields(fields)
+        decoded = {query_id: state_format.state_from_fields(fields)
+                   for query_id, fields in zip(queries, replies[: len(queries)], strict=True) if fields}
+        self._complete_lists(partition, decoded)
+        states.update(decoded)
         known = {i: int(score) for i, score in zip(ids, replies[len(queries)], strict=True)
                  if score is not None} if ids else {}
         clock = replies[-1]
         return Snapshot(states, known, int(clock) if clock is not None else None)
+
+    def _complete_lists(self, partition: str, states: Mapping[str, QueryState]) -> None:
+        """Give each group stored without its lists (those of the pool ideal) the lists of its
+        bucket's lists hash: the engine scores them for the sums of squares."""
+        wanted = sorted({(query_id, bucket) for query_id, state in states.items()
+                         for (bucket, _), group in state.groups.items()
+                         if sum(group.lists.values()) != group.impressions})
+        if not wanted:
+            return
+        with self._round_trip("list read"):
+            pipe = self.client.pipeline(transaction=False)
+            for query_id, bucket in wanted:
+                pipe.hgetall(self._key(partition, "lists", query_id, bucket))
+            replies = pipe.execute()
+        for (query_id, bucket), reply in zip(wanted, replies, strict=True):
+            groups = {segment: group for (b, segment), group in states[query_id].groups.items() if b == bucket}
+            documents = {segment: list(group.ranks) for segment, group in groups.items()}
+            found: dict[str, dict[tuple[str, ...], int]] = {}
+            for raw_field, count in reply.items():
+                listed = state_format.decode_list_field(raw_field, documents)
+                if listed is not None:
+                    lists = found.setdefault(listed[0], {})
+                    lists[listed[1]] = lists.get(listed[1], 0) + int(count)
+            for segment, lists in found.items():
+                group = groups[segment]
+                if sum(lists.values()) == group.impressions:
+                    group.lists = lists
 
     def commit(self, commits: Collection[Commit]) -> None:
         if commits:

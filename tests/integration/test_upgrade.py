@@ -1,12 +1,14 @@
 """An upgrade without a cliff: state built by release 0.1.0, or by the last commit that wrote state
-format 3, stopped mid-stream, is continued by the working tree, and the numbers equal the replay of
-the whole stream to 1e-9."""
+format 3 or 4, stopped mid-stream, is continued by the working tree, and the numbers equal the replay
+of the whole stream to 1e-9."""
 
 from __future__ import annotations
 
 import io
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -14,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from stream_ndcg.config import Settings
 from stream_ndcg.devtools.servers import KafkaBroker
+from stream_ndcg.metric import Measure
+from stream_ndcg.offline.replay import Replay
 from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
 from tests.support.service import Service, wait_for_messages, wait_for_progress
 from tests.support.topics import create_topic, send_paced
@@ -26,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RELEASE_0_1_0 = "be40db58433b175470fb1580dffbe4f31990690f"
 # The last commit that wrote state format 3 (before judgment sources, #28).
 FORMAT_3 = "56cf76aaa703e53d7106af8700e02081b1882cfd"
+# The last commit that wrote state format 4 (before the sums of squares, #29).
+FORMAT_4 = "5446c1c7fb40094b1c6418e6e5e81d037227207d"
 
 
 def release_0_1_0(into: Path) -> Path:
@@ -113,4 +120,56 @@ def test_state_of_format_3_is_read_as_raters_and_continued_with_other_sources(
     samples = wait_for_messages(new, len(messages))
     assert expect_equal_to_replay(samples, replay_of(before + after), "1d", CUTOFFS) == compared_gauges()
     assert all(samples[("stream_ndcg_judgments_total", (("source", source),))] > 0 for source in ("coec", "sdbn"))
+    assert new.stop() == 0
+
+
+def test_state_of_format_4_takes_its_squares_and_its_errors_equal_the_replays(
+        kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
+    old_code = package_of(FORMAT_4, tmp_path / "format-4")
+    topic = create_topic(kafka.bootstrap, partitions=2)
+    messages = simulated(8_000, seed=47)
+    before, after = messages[:4_000], messages[4_000:]
+    # Then every query of the old state once more: a judgment of a document no list shows (grade
+    # 0, no gain) moves no figure but loads the query, whose groups take their squares.
+    last_ts = max(int(found.group(1)) for _, value in messages if (found := re.search(rb'"ts": (\d+)', value)))
+    after += [(key, json.dumps({"type": "judgment", "query_id": key.decode(), "doc_id": "probe", "grade": 0,
+                                "ts": last_ts}).encode()) for key in sorted({key for key, _ in before if key})]
+    messages = before + after
+    env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_BATCH_SIZE="200")
+    old = Service({**env, "PYTHONPATH": str(old_code)}, tmp_path / "old", python=(sys.executable, "-P"))
+    new = Service(env, tmp_path / "new")
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    services.extend([old, new])
+
+    old.start()
+    send_paced(kafka.bootstrap, topic, before, 2_000.0).join()
+    wait_for_messages(old, len(before))
+    assert old.stop() == 0
+    new.start()
+    send_paced(kafka.bootstrap, topic, after, 2_000.0).join()
+    samples = wait_for_messages(new, len(messages))
+    summary = replay_of(messages)
+    assert expect_equal_to_replay(samples, summary, "1d", CUTOFFS) == compared_gauges()
+    # A group of format 4 takes its squares when its query comes again: every one came, so every
+    # impression of the window has them, and the squares and both errors are the replay's.
+    replay = Replay(Measure(cutoffs=CUTOFFS), dedup_horizon_ms=Settings().dedup_horizon)
+    for _, value in messages:
+        replay.add(value)
+    for variant, by_k in summary["by_segment"]["variant"].items():
+        labels = {"window": "1d", "variant": variant}
+        squared = samples[("stream_ndcg_squared_impressions", tuple(sorted(labels.items())))]
+        impressions = samples[("stream_ndcg_impressions", tuple(sorted(labels.items())))]
+        assert squared == impressions
+        scores = [row for row in replay.per_impression() if row["segment"].get("variant") == variant]
+        for k in map(str, CUTOFFS):
+            key = tuple(sorted({**labels, "k": k}.items()))
+            ndcgs = [row["ndcg"][k] for row in scores if row["ndcg"][k] is not None]
+            expected = {"stream_ndcg_ndcg_squares": math.fsum(v * v for v in ndcgs),
+                        "stream_ndcg_dcg_squares": math.fsum(row["dcg"][k] ** 2 for row in scores),
+                        "stream_ndcg_ndcg_standard_error": by_k[k]["ndcg_standard_error"],
+                        "stream_ndcg_ndcg_clustered_standard_error": by_k[k]["ndcg_clustered_standard_error"],
+                        "stream_ndcg_ndcg_query_mean": by_k[k]["ndcg_query_mean"]}
+            for name, value in expected.items():
+                assert samples[(name, key)] == pytest.approx(value, abs=1e-9), (name, key)
     assert new.stop() == 0

@@ -217,3 +217,15 @@ def test_simulate_takes_the_kafka_settings_of_run_from_the_same_declaration(
     assert main(["simulate", "--events", "1", "--security-protocol", "SASL_SSL"]) == 2
     assert ("configuration error: setting sasl_username (default): SASL_SSL needs sasl_username and sasl_password"
             in capsys.readouterr().err)
+
+
+def test_a_control_names_a_value_of_an_exported_label_and_alpha_is_a_probability() -> None:
+    settings = Settings(control=" variant = A ", alpha="0.01", n_star="5000")  # type: ignore[arg-type]
+    assert (settings.control, settings.alpha, settings.n_star) == ("variant=A", 0.01, 5000)
+    with pytest.raises(ConfigError, match="setting control: 'engine=x': its label is not one of segment_labels"):
+        Settings(control="engine=x")
+    with pytest.raises(ConfigError, match="setting control: 'A' is not label=value"):
+        Settings(control="A")
+    for alpha in (0, 1, "x"):
+        with pytest.raises(ConfigError, match="setting alpha"):
+            Settings(alpha=alpha)  # type: ignore[arg-type]

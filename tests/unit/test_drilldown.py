@@ -14,14 +14,17 @@ from typing import Any
 import pytest
 
 from stream_ndcg import rows
+from stream_ndcg.comparisons import ALPHA, N_STAR
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.drilldown import index
+from stream_ndcg.drilldown.compare import against
 from stream_ndcg.drilldown.explorer import Explorer, Question
 from stream_ndcg.engine import Engine
 from stream_ndcg.errors import BadParameter, NotFound
 from stream_ndcg.exporter import WindowView
-from stream_ndcg.metric import Ideal, ListScore, Measure, discount, first_occurrences, score_list
-from stream_ndcg.offline.replay import Replay, ScoreTotals
+from stream_ndcg.metric import Ideal, Measure, discount, first_occurrences, score_list
+from stream_ndcg.offline.replay import Replay
+from stream_ndcg.offline.totals import OVER_QUERIES, REPORTED, ScoreTotals
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.state.memory import MemoryStore
 from stream_ndcg.vocabulary import AggregateKey, full_segment_key, segment_values
@@ -109,12 +112,12 @@ def expected_records(replay: Replay, question: Question, measure: Measure) -> di
 def expected_summary(replay: Replay, window_ms: int, measure: Measure) -> dict[tuple[str, ...], dict[str, Any]]:
     """Per variant, the window's means, each impression scored from scratch."""
     first, last = window_of(replay, window_ms)
-    by_variant: dict[tuple[str, ...], list[ListScore]] = {}
+    by_variant: dict[tuple[str, ...], ScoreTotals] = {}
     for item in replay.scored():
         if first <= item.impression.ts // BUCKET <= last:
             variant = tuple(segment_values(full_segment_key(item.impression.segment), ("variant",)))
-            by_variant.setdefault(variant, []).append(item.score)
-    return {variant: ScoreTotals(measure.cutoffs, scores).means() for variant, scores in by_variant.items()}
+            by_variant.setdefault(variant, ScoreTotals(measure.cutoffs)).add(item.score, item.impression.query_id)
+    return {variant: totals.means() for variant, totals in by_variant.items()}
 
 
 def assert_summary_equal(answer: dict[str, Any], expected: dict[tuple[str, ...], dict[str, Any]]) -> None:
@@ -123,8 +126,34 @@ def assert_summary_equal(answer: dict[str, Any], expected: dict[tuple[str, ...],
     for variant, row in got.items():
         for k, figures in expected[variant].items():
             assert row["impressions"] == figures["impressions"]
-            for name in ("ndcg_mean", "dcg_mean", "judged_ratio", "scored_impressions"):
+            # The means with their errors, and the figures over the window's queries.
+            for name in (*REPORTED, *OVER_QUERIES, "scored_impressions"):
                 assert close(row["k"][k][name], figures[name]), (variant, k, name, row["k"][k][name], figures[name])
+
+
+def expected_comparisons(replay: Replay, window_ms: int, measure: Measure) -> dict[str, Any]:
+    """B against A in the window, each impression scored from scratch."""
+    first, last = window_of(replay, window_ms)
+    by_variant: dict[str, ScoreTotals] = {}
+    for item in replay.scored():
+        if first <= item.impression.ts // BUCKET <= last:
+            variant = segment_values(full_segment_key(item.impression.segment), ("variant",))[0]
+            by_variant.setdefault(variant, ScoreTotals(measure.cutoffs)).add(item.score, item.impression.query_id)
+    return {str(k): against({variant: totals.arm(i) for variant, totals in by_variant.items()}, "A", ALPHA, N_STAR)
+            for i, k in enumerate(measure.cutoffs)}
+
+
+def assert_comparisons_equal(answer: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert answer["control"] == {"label": "variant", "value": "A"}
+    assert answer["k"].keys() == expected.keys()
+    for k, result in answer["k"].items():
+        assert result["arms"].keys() == expected[k]["arms"].keys() and result["arms"]
+        for arm, kinds in result["arms"].items():
+            for kind, got in kinds.items():
+                want = expected[k]["arms"][arm][kind]
+                assert (got is None) == (want is None), (k, arm, kind)
+                for name in got or {}:
+                    assert close(got[name], want[name]), (k, arm, kind, name, got[name], want[name])
 
 
 def assert_records_equal(got: list[dict[str, Any]], expected: dict[str, dict[str, Any]]) -> None:
@@ -186,8 +215,10 @@ def test_the_drill_down_equals_the_replay_as_the_stream_goes_on(ideal: Ideal) ->
             assert_records_equal(answer["queries"], expected_records(replay, question, measure))
             checked += 1
         for window_ms in WINDOWS:
-            summary = fed.explorer.summary(Question.parse({"window": [format_duration(window_ms)]}, fed.view))
+            summary = fed.explorer.summary(Question.parse({"window": [format_duration(window_ms)],
+                                                           "control": ["variant:A"]}, fed.view))
             assert_summary_equal(summary, expected_summary(replay, window_ms, measure))
+            assert_comparisons_equal(summary["comparisons"], expected_comparisons(replay, window_ms, measure))
             # Every figure of every row, exposure too (the judging queue's bound).
             held = fed.explorer.index.window(*window_of(replay, window_ms), {})
             expected_rows = query_table(replay.query_rows(*window_of(replay, window_ms), BUCKET), {})

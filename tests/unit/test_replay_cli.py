@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -46,7 +47,10 @@ def test_replay_reads_stdin_and_fails_on_an_unreadable_file(tmp_path: Path) -> N
     assert b"cannot read" in proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["k"]["10"] == {"ndcg_mean": None, "dcg_mean": 0.0, "judged_ratio": 0.0,
-                                  "scored_impressions": 0, "impressions": 1}
+                                  "scored_impressions": 0, "impressions": 1, "ndcg_standard_error": None,
+                                  "dcg_standard_error": None, "ndcg_clustered_standard_error": None,
+                                  "dcg_clustered_standard_error": None, "ndcg_query_mean": None,
+                                  "dcg_query_mean": 0.0, "queries": 1}
 
 
 def test_replay_rejects_bad_cutoffs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -120,3 +124,27 @@ def test_a_closed_pipe_ends_the_replay_quietly(tmp_path: Path) -> None:
         os.close(write_end)
     assert proc.stderr == b""
     assert proc.returncode == 141
+
+
+def test_replay_compares_every_value_of_the_controls_label_with_it(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    events = tmp_path / "events.jsonl"
+    lines = [{"type": "judgment", "query_id": f"q{q}", "doc_id": "a", "grade": 3, "ts": 1} for q in range(3)]
+    for n in range(60):
+        variant = "ABC"[n % 3]
+        # B shows the judged document lower down: its nDCG is lower on every query.
+        results = ["x", "a"] if variant == "B" else ["a", "x"]
+        lines.append({"type": "impression", "impression_id": str(n), "query_id": f"q{n % 3 if n % 2 else 0}",
+                      "ts": 2 + n, "results": results, "segment": {"variant": variant}})
+    events.write_text("\n".join(map(json.dumps, lines)))
+    assert main(["replay", str(events), "--k", "2", "--control", "variant=A", "--alpha", "0.1", "--n-star",
+                 "100"]) == 0
+    comparisons = json.loads(capsys.readouterr().out)["comparisons"]
+    assert comparisons["control"] == {"label": "variant", "value": "A"}
+    result = comparisons["k"]["2"]
+    assert (result["alpha"], result["alpha_each"], result["n_star"]) == (0.1, 0.05, 100)
+    assert result["correction"].startswith("bonferroni")
+    b, c = result["arms"]["B"], result["arms"]["C"]
+    assert b["plain"]["difference"] == pytest.approx(1 / math.log2(3) - 1)
+    assert b["plain"]["excludes_zero"] and b["stratified"]["excludes_zero"]
+    assert c["plain"]["difference"] == 0.0 and not c["plain"]["excludes_zero"]

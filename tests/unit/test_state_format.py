@@ -44,11 +44,23 @@ def apply_like_redis(fields: dict[bytes, bytes], written: list[str], removed: li
 def test_the_incremental_write_holds_what_the_whole_state_encodes(ideal: str) -> None:
     engine = Engine(Measure(cutoffs=(1, 3), ideal=ideal), 60_000, horizon_ms=90_000)  # type: ignore[arg-type]
     stored: dict[bytes, bytes] = {}
+    # The buckets' lists, as a store keeps them: a group of the pool ideal is stored without its own.
+    lists: dict[tuple[int, str, tuple[str, ...]], int] = {}
+
+    def read_back() -> QueryState:
+        state = state_format.state_from_fields(stored)
+        for (bucket, segment), group in state.groups.items():
+            if not group.lists_stored:
+                group.lists = {ranked: n for (b, s, ranked), n in lists.items() if (b, s) == (bucket, segment)}
+        return state
+
     for batch in BATCHES:
-        states = {"q": state_format.state_from_fields(stored)} if stored else {}
+        states = {"q": read_back()} if stored else {}
         outcome = engine.apply([parse_event(m) for m in batch], states, {}, T0, event_clock=True)
         apply_like_redis(stored, *state_format.changed_fields(outcome.touched["q"], outcome.changes["q"]))
-        assert state_format.state_from_fields(stored) == outcome.touched["q"]
+        for (_, bucket, segment, ranked), count in outcome.lists.items():
+            lists[(bucket, segment, ranked)] = lists.get((bucket, segment, ranked), 0) + count
+        assert read_back() == outcome.touched["q"]
         assert {k: orjson.loads(v) for k, v in stored.items()} == {
             k: orjson.loads(v) for k, v in state_format.state_fields(outcome.touched["q"]).items()}
     assert len(outcome.touched["q"].groups) == 2 and outcome.changes["q"].removed
@@ -58,6 +70,10 @@ def test_a_state_round_trips_with_its_ranks_as_integers() -> None:
     engine = Engine(Measure(cutoffs=(3,)))
     state = engine.apply([parse_event(m) for m in BATCHES[0]], {}, {}).touched["q"]
     again = state_format.state_from_fields(state_format.state_fields(state))
+    # Under the pool ideal a group is stored without its lists: the store gives them from the bucket's.
+    assert all(not group.lists_stored and not group.lists for group in again.groups.values())
+    for key, group in again.groups.items():
+        group.lists = dict(state.groups[key].lists)
     assert again == state and again is not state
     assert all(isinstance(rank, int) for group in again.groups.values() for at in group.ranks.values() for rank in at)
     assert again.grades(DEFAULT_JUDGMENT_SOURCES) == {"b": 2.0}
@@ -108,8 +124,45 @@ def test_a_group_is_stored_with_its_figures_by_position_and_read_back_equal() ->
     assert list(again.ranks) == ["b", "a"] and all(type(v) is float for v in again.credited.values())
     # Kept until the ranks change, and then encoded anew.
     assert state_format.decode_group(state_format.encode_group(again)) == group
-    again.add_list(("c",), 1, 3, keep_list=False)
+    again.add_list(("c",), 1, 3)
     assert state_format.decode_group(state_format.encode_group(again)).ranks["c"] == {1: 1}
+
+
+def test_a_group_with_its_squares_is_stored_by_position_and_read_back_equal() -> None:
+    credited = {"impressions": 2.0, "moments": 2.0, "dcg@3": 1.5, "judged@3": 0.5, "ndcg@3": 0.25, "scored@3": 1.0,
+                "dcg_sq@3": 2.25, "ndcg_sq@3": 0.0625}
+    group = Group(impressions=2, credited=credited, ranks={"a": {1: 2}}, lists={("a",): 2})
+    stored = state_format.encode_group(group)
+    assert stored.startswith("[2,[[3],2,2,1.5,0.5,0.25,1,2.25,0.0625],")
+    assert state_format.decode_group(stored) == group
+
+
+@pytest.mark.parametrize("ideal", ["pool", "list"])
+def test_a_group_of_format_4_takes_its_squares_when_re_credited_with_all_its_lists(ideal: str) -> None:
+    measure = Measure(cutoffs=(3,), ideal=ideal)  # type: ignore[arg-type]
+    engine = Engine(measure)
+    lists = [["a", "b"], ["b", "c"], ["a", "b"]]
+    events = [parse_event(orjson.dumps({"type": "impression", "impression_id": str(n), "query_id": "q", "ts": T0,
+                                        "results": ranked})) for n, ranked in enumerate(lists)]
+    events += [parse_event(judgment(doc, grade, T0)) for doc, grade in (("a", 3), ("b", 1))]
+    state = engine.apply(events, {}, {}).touched["q"]
+    group = state.groups[(engine.bucket_of(T0), "{}")]
+    moments = {name: value for name, value in group.credited.items() if "sq@" in name or name == "moments"}
+    assert moments["moments"] == 3.0 and moments["dcg_sq@3"] > 0.0
+    # As format 4 stored it: no squares, and under the pool ideal no lists.
+    old = ["impressions", "dcg@3", "judged@3", "ndcg@3", "scored@3"]
+    written_by_format_4 = orjson.dumps([3, [[3], *(group.credited[k] for k in old)], [], [] if ideal == "pool" else
+                                        [[list(ranked), count] for ranked, count in group.lists.items()]])
+    read = state_format.decode_group(written_by_format_4)
+    assert read.credited == {k: group.credited[k] for k in old}
+    # Its lists as the store reads them from the bucket's under the pool ideal.
+    read.lists, read.ranks = dict(group.lists), group.ranks
+    # A judgment of a document no list shows: only the conversion re-credits the group.
+    outcome = engine.apply([parse_event(judgment("z", 0, T0))], {"q": QueryState(
+        revisions=dict(state.revisions), groups=dict.fromkeys(state.groups, read))}, {})
+    assert {name: value for name, value in outcome.aggregates.items() if name[2] in moments} == {
+        (key[0], key[1], name): value for key in state.groups for name, value in moments.items()}
+    assert read.credited == group.credited
 
 
 @pytest.mark.parametrize("credited", [{}, {"impressions": 1.0, "dcg@3": 0.5}, {"impressions": 1.0, "other": 2.0}])
@@ -149,15 +202,15 @@ def test_list_and_aggregate_fields_decode_to_what_was_encoded() -> None:
     assert float(state_format.encode_sum(0.1 + 0.2)) == 0.1 + 0.2
 
 
-@pytest.mark.parametrize("found", [None, "1", "2", "3", str(state_format.FORMAT_VERSION)])
+@pytest.mark.parametrize("found", [None, "1", "2", "3", "4", str(state_format.FORMAT_VERSION)])
 def test_todays_format_the_previous_one_and_state_without_a_version_are_read(found: str | None) -> None:
     state_format.check_format(found)
 
 
-@pytest.mark.parametrize("found", ["5", "0", "v1", "", "1,2"])
+@pytest.mark.parametrize("found", ["6", "0", "v1", "", "1,2"])
 def test_another_format_is_refused_saying_what_was_found(found: str) -> None:
-    with pytest.raises(ConfigError, match=f"format version {found!r}, and this release reads versions 1, 2, 3 and 4 "
-                                          "only"):
+    with pytest.raises(ConfigError, match=f"format version {found!r}, and this release reads versions 1, 2, 3, 4 "
+                                          "and 5 only"):
         state_format.check_format(found)
 
 
@@ -167,11 +220,11 @@ def test_the_memory_store_records_the_format_and_refuses_another_rebuild_or_not(
     assert store.adopt({"k": [10]}) is False
     assert store.format_version == str(state_format.FORMAT_VERSION)
     # As if a later release had written the state.
-    store.format_version = "5"
+    store.format_version = "6"
     for rebuild in (False, True):
-        with pytest.raises(ConfigError, match="format version '5'"):
+        with pytest.raises(ConfigError, match="format version '6'"):
             store.adopt({"k": [10]}, rebuild=rebuild)
-    assert store.format_version == "5"
+    assert store.format_version == "6"
 
 
 def test_a_query_state_without_fields_is_empty() -> None:
@@ -181,11 +234,11 @@ def test_a_query_state_without_fields_is_empty() -> None:
 def test_a_groups_stored_ranks_follow_its_ranks_and_go_with_it() -> None:
     group = Group()
     group.impressions += 1
-    group.add_list(("a", "b"), 1, 10, keep_list=False)
+    group.add_list(("a", "b"), 1, 10)
     first = state_format.encode_group(group)
     assert state_format.encode_group(group) == first
     group.impressions += 1
-    group.add_list(("b", "c"), 1, 10, keep_list=False)
+    group.add_list(("b", "c"), 1, 10)
     again = state_format.encode_group(group)
     # Not the encoding kept from before: the ranks changed.
     assert again != first and state_format.decode_group(again).ranks == group.ranks

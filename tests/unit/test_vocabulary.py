@@ -29,6 +29,8 @@ def test_stored_names_keep_their_spelling() -> None:
     # A change here is a change of state_format.FORMAT_VERSION, not a rename.
     assert (vocabulary.IMPRESSIONS, dcg_at(5), ndcg_at(5), scored_at(5), judged_at(5)) == (
         "impressions", "dcg@5", "ndcg@5", "scored@5", "judged@5")
+    assert (vocabulary.MOMENTS, vocabulary.dcg_squares_at(5), vocabulary.ndcg_squares_at(5)) == (
+        "moments", "dcg_sq@5", "ndcg_sq@5")
     assert (vocabulary.EVENT_TYPES, duplicate("judgment"), rejected("too_old")) == (
         ("impression", "judgment", "click"), "duplicate:judgment", "rejected:too_old")
     assert (vocabulary.MISSING, vocabulary.OVERFLOW) == ("none", "other")
@@ -45,7 +47,9 @@ def test_exported_names_keep_their_spelling() -> None:
         "offsets_skipped", "fenced_batches", "dead_letters_dropped", "scrape_errors", "ready", "ubi_documents",
         "ubi_skipped", "ubi_clicks", "ubi_impressions", "judge_events", "judge_events_rejected",
         "judge_events_duplicate", "judge_graded_pairs", "judge_ctr", "judge_boundary_timestamp_seconds",
-        "judgments_published")}
+        "judgments_published", "ndcg_squares", "dcg_squares", "squared_impressions", "ndcg_standard_error",
+        "dcg_standard_error", "ndcg_clustered_standard_error", "dcg_clustered_standard_error", "ndcg_query_mean",
+        "queries")}
     assert total(MetricName.EVENTS) == "stream_ndcg_events_total"
 
 

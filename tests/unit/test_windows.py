@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import statistics
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from stream_ndcg.metric import ListScore
-from stream_ndcg.offline.replay import ScoreTotals
+from stream_ndcg.offline.totals import ScoreTotals
 from stream_ndcg.vocabulary import IMPRESSIONS, dcg_at, judged_at, ndcg_at, scored_at
 from stream_ndcg.windows import bucket_ttl_ms, kept_until_ms, means, oldest_kept_bucket, window_means
 
@@ -55,7 +57,8 @@ def test_window_means_sum_only_the_buckets_admitted() -> None:
                   (2, "{}", dcg_at(3)): 3.0, (2, '{"variant":"A"}', judged_at(3)): 0.5}
     assert window_means(aggregates, (3,), lambda b: b == 2)["3"] == {
         "ndcg_mean": 0.25, "dcg_mean": 3.0, "judged_ratio": 0.5, "ndcg_sum": 0.25, "dcg_sum": 3.0,
-        "judged_sum": 0.5, "scored_impressions": 1.0, "impressions": 1.0}
+        "judged_sum": 0.5, "scored_impressions": 1.0, "impressions": 1.0, "ndcg_squares": 0.0, "dcg_squares": 0.0,
+        "squared_impressions": 0.0, "ndcg_standard_error": None, "dcg_standard_error": None}
     assert window_means(aggregates, (3,))["3"]["ndcg_mean"] == 1.75 / 3
 
 
@@ -68,10 +71,21 @@ scores = st.builds(
 def test_the_replay_reports_the_window_means_of_all_its_impressions(listed: list[ListScore]) -> None:
     defined = [s.ndcg[3] for s in listed if s.ndcg[3] is not None]
     row = ScoreTotals((3,), listed).means()["3"]
-    # The replay's definition, written out: means over the scored and over all impressions.
+    errors = {name: row.pop(name) for name in ("ndcg_standard_error", "dcg_standard_error")}
+    # The replay's definition, written out: means over the scored and over all impressions, each
+    # with the standard deviation of its values over the square root of their number.
     assert row == {
         "ndcg_mean": math.fsum(v for v in defined if v is not None) / len(defined) if defined else None,
         "dcg_mean": math.fsum(s.dcg[3] for s in listed) / len(listed) if listed else None,
         "judged_ratio": math.fsum(s.judged_ratio[3] for s in listed) / len(listed) if listed else None,
-        "scored_impressions": len(defined), "impressions": len(listed)}
+        "scored_impressions": len(defined), "impressions": len(listed),
+        # Added without their queries: no figure over queries.
+        "ndcg_clustered_standard_error": None, "dcg_clustered_standard_error": None, "ndcg_query_mean": None,
+        "dcg_query_mean": None, "queries": 0}
+    for name, values in (("ndcg_standard_error", [v for v in defined if v is not None]),
+                         ("dcg_standard_error", [s.dcg[3] for s in listed])):
+        if len(values) < 2:
+            assert errors[name] is None
+        else:
+            assert errors[name] == pytest.approx(statistics.stdev(values) / math.sqrt(len(values)), abs=1e-6)
     assert type(row["scored_impressions"]) is int and type(row["impressions"]) is int

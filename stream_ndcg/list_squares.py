@@ -1,0 +1,101 @@
+"""The sums of squares of a group's lists' DCG@k under the pool ideal, kept as lists come and grades move.
+
+Pure, standard library only. A square needs each list's own DCG, which where judged documents
+stand (all `metric.pooled_sums` reads) does not tell, and scoring every list of a group again
+whenever it takes an impression would cost in proportion to its distinct lists. So a
+`ListSquares` keeps each list's DCGs and the sums: a list shown again adds its square (`added`,
+then `sums`), a grade that moved rescores the lists that show its document, and only a group
+read afresh from the store scores all its lists once. Each sum of the squares (each rounded, as
+the replay's are) is kept exact, as a whole number of 2**-1074, so that what is taken out is
+what was put in and the sum is the same number however the lists came: rounded once, when
+asked for.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from collections.abc import Callable, Mapping, Sequence, Set
+from itertools import repeat
+from typing import cast
+
+from stream_ndcg.metric import discount
+from stream_ndcg.vocabulary import dcg_squares_at
+from stream_ndcg.window_sums import exact, rounded
+
+# A gain looked up by document, None being no document: it finds no gain.
+_GainOf = Callable[[str | None, float], float]
+
+
+@functools.cache
+def _discounts(depth: int) -> tuple[float, ...]:
+    return tuple(discount(rank) for rank in range(1, depth + 1))
+
+
+def list_dcgs(ranked: Sequence[str], gains: Mapping[str, float], cutoffs: Sequence[int]) -> tuple[float, ...]:
+    """One list's DCG at each cut-off, as `metric.ListScorer` scores it (the interpreter's own
+    loops: a judgment rescores every list that shows its document)."""
+    top: Sequence[str | None] = ranked[:max(cutoffs)]
+    if len(set(top)) != len(top):
+        # A repeat counts only at its first rank.
+        top = [None if doc in top[:rank] else doc for rank, doc in enumerate(top)]
+    gain_of = cast(_GainOf, gains.get)
+    terms = list(map(operator.mul, map(gain_of, top, repeat(0.0)), _discounts(len(top))))
+    return tuple(math.fsum(terms[:k]) or 0.0 for k in cutoffs)
+
+
+def _squares(dcgs: tuple[float, ...], count: int) -> list[int]:
+    """Each DCG's square, rounded as the replay's `value * value` is, times `count`, exact."""
+    # Most lists of a query with few judgments score 0 at every cut-off.
+    return [count * exact(value * value) for value in dcgs] if any(dcgs) else [0] * len(dcgs)
+
+
+class ListSquares:
+    """One group's lists' DCGs and the exact sums of their squares, per cut-off."""
+
+    __slots__ = ("dcgs", "totals", "pending", "cutoffs")
+
+    def __init__(self) -> None:
+        # list -> its DCG at each cut-off, with the gains of the last `sums`
+        self.dcgs: dict[tuple[str, ...], tuple[float, ...]] = {}
+        # Per cut-off, the sum over the lists counted so far; None: nothing counted yet.
+        self.totals: list[int] | None = None
+        # Impressions of lists taken since the last `sums`, not in `totals` yet.
+        self.pending: dict[tuple[str, ...], int] = {}
+        self.cutoffs: tuple[int, ...] = ()
+
+    def added(self, ranked: tuple[str, ...], count: int) -> None:
+        """The group took `count` impressions of a list."""
+        if self.totals is not None:
+            self.pending[ranked] = self.pending.get(ranked, 0) + count
+
+    def sums(self, lists: Mapping[tuple[str, ...], int], gains: Mapping[str, float], cutoffs: tuple[int, ...],
+             moved: Set[str]) -> dict[str, float]:
+        """The sums of squares of DCG@k of `lists` (every list of the group, with its count) with
+        the query's `gains`; `moved`: the documents whose grade moved since the last call."""
+        if self.totals is None or self.cutoffs != cutoffs:
+            self.dcgs, self.cutoffs, self.pending = {}, cutoffs, {}
+            totals = [0] * len(cutoffs)
+            for ranked, count in lists.items():
+                dcgs = self.dcgs[ranked] = list_dcgs(ranked, gains, cutoffs)
+                totals = [a + b for a, b in zip(totals, _squares(dcgs, count), strict=True)]
+            self.totals = totals
+        else:
+            totals = self.totals
+            pending = self.pending
+            if moved:
+                for ranked, count in lists.items():
+                    counted = count - pending.get(ranked, 0)
+                    if counted and not moved.isdisjoint(ranked):
+                        old, new = self.dcgs[ranked], list_dcgs(ranked, gains, cutoffs)
+                        self.dcgs[ranked] = new
+                        totals = [t - a + b for t, a, b in zip(totals, _squares(old, counted), _squares(new, counted),
+                                                                strict=True)]
+            for ranked, count in pending.items():
+                known = self.dcgs.get(ranked)
+                if known is None:
+                    known = self.dcgs[ranked] = list_dcgs(ranked, gains, cutoffs)
+                totals = [a + b for a, b in zip(totals, _squares(known, count), strict=True)]
+            self.totals, self.pending = totals, {}
+        return {dcg_squares_at(k): rounded(total) for k, total in zip(cutoffs, totals, strict=True)}
