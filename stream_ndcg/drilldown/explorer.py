@@ -191,7 +191,8 @@ class Explorer:
             if read.whole:
                 self.index.drop_partition(partition)
             for bucket, segment, query_id, row in read.rows:
-                if bucket >= oldest:
+                # A row of another length predates an in-place change of k: left out until rewritten.
+                if bucket >= oldest and len(row) == len(self.index.fields):
                     self.index.put(partition, bucket, segment, query_id, row)
             self._cursors[partition] = read.cursor
         self.index.drop_before(oldest)
