@@ -73,12 +73,16 @@ control setting (config.control, the API's default), else none. */}}
 else the first of config.segment_labels. */}}
 {{- define "stream-ndcg.alertSegmentLabel" -}}
 {{- $control := include "stream-ndcg.alertControlSetting" . }}
-{{- $label := .Values.alerts.segmentLabel | default (regexReplaceAll "=.*" $control "") | default (first .Values.config.segment_labels | default "") }}
-{{- if and $label (not (has $label .Values.config.segment_labels)) }}
+{{- $controlLabel := regexReplaceAll "=.*" $control "" }}
+{{- $label := .Values.alerts.segmentLabel | default $controlLabel | default (first .Values.config.segment_labels | default "") }}
+{{- if and .Values.alerts.segmentLabel (not (has $label .Values.config.segment_labels)) }}
 {{- fail (printf "alerts.segmentLabel %q is not one of config.segment_labels %v" $label .Values.config.segment_labels) }}
 {{- end }}
-{{- if and $control (ne $label (regexReplaceAll "=.*" $control "")) }}
-{{- fail (printf "alerts.control %q is not one of the values of alerts.segmentLabel %q" $control $label) }}
+{{- if and $control (not (has $controlLabel .Values.config.segment_labels)) }}
+{{- fail (printf "the control %q: its label is not one of config.segment_labels %v" $control .Values.config.segment_labels) }}
+{{- end }}
+{{- if and $control (ne $label $controlLabel) }}
+{{- fail (printf "the control %q is not a value of alerts.segmentLabel %q" $control $label) }}
 {{- end }}
 {{- $label }}
 {{- end }}
@@ -92,7 +96,9 @@ else the first of config.segment_labels. */}}
 {{/* The comparison alert's alpha: alerts.alpha, else config.alpha, else the service's default;
 strictly between 0 and 1, as the service's alpha setting. */}}
 {{- define "stream-ndcg.alertAlpha" -}}
-{{- $raw := .Values.alerts.alpha | default (.Values.config.alpha | default 0.05) }}
+{{- $raw := 0.05 }}
+{{- if hasKey .Values.config "alpha" }}{{ $raw = .Values.config.alpha }}{{ end }}
+{{- if ne (toString .Values.alerts.alpha) "" }}{{ $raw = .Values.alerts.alpha }}{{ end }}
 {{- $alpha := float64 $raw }}
 {{- if or (kindIs "bool" $raw) (le $alpha 0.0) (ge $alpha 1.0) }}
 {{- fail (printf "alerts.alpha %v must be between 0 and 1, both excluded, as the service's alpha setting" $raw) }}
@@ -103,7 +109,9 @@ strictly between 0 and 1, as the service's alpha setting. */}}
 {{/* The comparison alert's N*: alerts.nStar, else config.n_star, else the service's default; a
 whole number of impressions, at least 1, as the service's n_star setting. */}}
 {{- define "stream-ndcg.alertNStar" -}}
-{{- $raw := .Values.alerts.nStar | default (.Values.config.n_star | default 10000) }}
+{{- $raw := 10000 }}
+{{- if hasKey .Values.config "n_star" }}{{ $raw = .Values.config.n_star }}{{ end }}
+{{- if ne (toString .Values.alerts.nStar) "" }}{{ $raw = .Values.alerts.nStar }}{{ end }}
 {{- $n := int64 $raw }}
 {{- if or (kindIs "bool" $raw) (lt $n 1) (ne (float64 $raw) (float64 $n)) }}
 {{- fail (printf "alerts.nStar %v must be a whole number of impressions, at least 1, as the service's n_star setting" $raw) }}
