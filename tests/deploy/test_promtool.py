@@ -93,7 +93,9 @@ def test_the_rules_interval_is_the_comparisons_modules(overrides: dict[str, str]
         # The control's impressions come from two engines, which the rules add up.
         engines = {variant: [arm_sums(rng, rng.randint(200, 900), shift) for _ in range(2 if variant == "A" else 1)]
                    for variant, shift in shifts.items()}
-        arms = {variant: tuple(sum(part[i] for part in parts) for i in range(3)) for variant, parts in engines.items()}
+        arms: dict[str, tuple[float, float, float]] = {
+            variant: (sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts))
+            for variant, parts in engines.items()}
         for variant, parts in engines.items():
             for engine, part in zip(("web", "app"), parts, strict=False):
                 inputs += series(pipeline, variant, engine, part)
