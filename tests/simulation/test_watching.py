@@ -335,7 +335,8 @@ def test_time_to_find_a_true_drop(rate: int) -> None:
               f"B above A first in {wrong}")
     # An experiment (anchored) finds the drop sooner than the previous alert, at either rate; the
     # sliding windows' figures are reported, not asserted (at 20/min an hour holds too few impressions).
-    shipped_median = medians[PREVIOUS]
+    previous_median = medians[PREVIOUS]
     for name in ("anchored plain, always-valid", "anchored stratified, always-valid"):
         found = medians[name]
-        assert found is not None and (shipped_median is None or found < shipped_median), (name, found, shipped_median)
+        assert found is not None and (previous_median is None or found < previous_median), \
+            (name, found, previous_median)
