@@ -50,10 +50,11 @@ groups:
       {{- $by := printf "pipeline, k, window, %s" $seg }}
       {{- $match := "on (pipeline, k, window) group_left" }}
       # Every other value of {{ $seg }} against the control {{ $is }}, with the always-valid
-      # interval of the difference (docs/comparisons.md). First each value's real variance of its
-      # mean, the square of its standard error: (squares - sum^2 / n) / (n - 1) / n, below 0 only
-      # by rounding. Absent while the squares miss some impressions of the window (for a window's
-      # length after an upgrade from state format 4): no interval, no alarm.
+      # interval of the difference (docs/service.md, "The comparison alert"). First each value's
+      # real variance of its mean, the square of its standard error:
+      # (squares - sum^2 / n) / (n - 1) / n, below 0 only by rounding. Absent while the squares
+      # miss some impressions of the window (for a window's length after an upgrade from state
+      # format 4): no interval, no alarm.
       - record: stream_ndcg:ndcg:mean_variance_by_segment
         expr: >-
           clamp_min(
