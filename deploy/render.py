@@ -55,7 +55,9 @@ def render() -> dict[Path, str]:
         "with deploy/compose-values.yaml: edit those and regenerate, not this file. The quality alerts",
         "use one k, two windows and one segment label (`alerts.k`, `alerts.shortWindow`,",
         "`alerts.longWindow`, `alerts.segmentLabel`), which must be among the service's settings",
-        "(`config.k`, `config.windows`, `config.segment_labels`); rendering fails otherwise.",
+        "(`config.k`, `config.windows`, `config.segment_labels`), and the comparison alert a control,",
+        "alpha and N* (`alerts.control`, `alerts.alpha`, `alerts.nStar`) the service would accept;",
+        "rendering fails otherwise.",
     ]) + yaml.safe_dump(rule["spec"], sort_keys=False, width=100)
     configmap: dict[str, Any] = yaml.safe_load(template("-f", compose, "--show-only", "templates/dashboard.yaml"))
     dashboard = json.dumps(json.loads(configmap["data"]["stream-ndcg.json"]), indent=2) + "\n"

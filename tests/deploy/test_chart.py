@@ -266,8 +266,13 @@ def test_the_prometheus_rule_passes_promtool_and_follows_the_values(values: str,
         assert "max by (pipeline, k, window, experiment, engine, locale)" in text
         assert "https://docs.example.com/stream-ndcg/runbooks/down/#streamndcgdown" in text
         assert 'up{job="ndcg-web", namespace="search"}' in text
+        assert 'experiment!="baseline"' in text and "0.01 / (count by" in text and "/ 50000" in text
+        assert "StreamNdcgSegmentBelowAnother" in {r.get("alert") for r in rules}
     else:
         assert 'up{job="search-stream-ndcg", namespace="search"}' in text
+        # No control (config.control and alerts.control empty): nothing to compare with.
+        assert "difference_from_control" not in text
+        assert "StreamNdcgSegmentBelowAnother" not in {r.get("alert") for r in rules}
     assert not [r for r in rules if "record" in r and "instance" in r["expr"]], "recording rules keep no target label"
 
 
@@ -278,6 +283,28 @@ def test_values_the_rules_cannot_follow_are_refused(override: str) -> None:
     result = helm("template", "search", str(CHART), "--set", override)
     assert result.returncode != 0 and "is not one of" in result.stderr or "partitions" in result.stderr, \
         result.stderr
+
+
+@pytest.mark.parametrize(("override", "refusal"), [
+    ("alerts.control=engine=web", "is not one of"),
+    ("alerts.control=variant", "is not label=value"),
+    ("alerts.segmentLabel=variant,alerts.control=engine=web,config.segment_labels={variant,engine}",
+     "is not a value of"),
+    ("alerts.alpha=1.5", "must be between 0 and 1"),
+    ("config.alpha=0", "must be between 0 and 1"),
+    ("alerts.nStar=0", "at least 1"),
+    ("alerts.nStar=2.5", "at least 1"),
+])
+def test_comparison_values_the_service_would_refuse_are_refused(override: str, refusal: str) -> None:
+    result = helm("template", "search", str(CHART), "--set", f"config.control=variant=A,{override}")
+    assert result.returncode != 0 and refusal in result.stderr, result.stderr
+
+
+def test_the_comparison_alert_follows_the_services_control_alpha_and_n_star() -> None:
+    documents = render("default", "--set", "config.control=variant=B,config.alpha=0.02,config.n_star=4000")
+    rule = next(d for d in documents if d["kind"] == "PrometheusRule")
+    text = "\n".join(r["expr"] for group in rule["spec"]["groups"] for r in group["rules"])
+    assert 'variant!="B"' in text and "0.02 / (count by" in text and "/ 4000" in text
 
 
 def test_the_files_generated_from_the_chart_are_up_to_date() -> None:

@@ -56,12 +56,67 @@ labels (instance, pod, node, container, ...) from splitting or doubling sums. */
 {{- $k }}
 {{- end }}
 
+{{/* The control of the comparison alert as label=value: alerts.control, else the service's
+control setting (config.control, the API's default), else none. */}}
+{{- define "stream-ndcg.alertControlSetting" -}}
+{{- $control := toString (.Values.alerts.control | default (.Values.config.control | default "")) | trim }}
+{{- if $control }}
+{{- $parts := splitn "=" 2 $control }}
+{{- if or (not (contains "=" $control)) (not (trim $parts._0)) (not (trim $parts._1)) }}
+{{- fail (printf "alerts.control %q is not label=value (e.g. variant=A), as the service's control setting" $control) }}
+{{- end }}
+{{- printf "%s=%s" (trim $parts._0) (trim $parts._1) }}
+{{- end }}
+{{- end }}
+
+{{/* The segment label of the comparison alert: alerts.segmentLabel, else the control's label,
+else the first of config.segment_labels. */}}
 {{- define "stream-ndcg.alertSegmentLabel" -}}
-{{- $label := .Values.alerts.segmentLabel | default (first .Values.config.segment_labels | default "") }}
-{{- if and $label (not (has $label .Values.config.segment_labels)) }}
+{{- $control := include "stream-ndcg.alertControlSetting" . }}
+{{- $controlLabel := regexReplaceAll "=.*" $control "" }}
+{{- $label := .Values.alerts.segmentLabel | default $controlLabel | default (first .Values.config.segment_labels | default "") }}
+{{- if and .Values.alerts.segmentLabel (not (has $label .Values.config.segment_labels)) }}
 {{- fail (printf "alerts.segmentLabel %q is not one of config.segment_labels %v" $label .Values.config.segment_labels) }}
 {{- end }}
+{{- if and $control (not (has $controlLabel .Values.config.segment_labels)) }}
+{{- fail (printf "the control %q: its label is not one of config.segment_labels %v" $control .Values.config.segment_labels) }}
+{{- end }}
+{{- if and $control (ne $label $controlLabel) }}
+{{- fail (printf "the control %q is not a value of alerts.segmentLabel %q" $control $label) }}
+{{- end }}
 {{- $label }}
+{{- end }}
+
+{{/* The control's value (label=value's value) when it has one, else nothing. */}}
+{{- define "stream-ndcg.alertControl" -}}
+{{- $_ := include "stream-ndcg.alertSegmentLabel" . }}
+{{- regexReplaceAll "^[^=]*=" (include "stream-ndcg.alertControlSetting" .) "" }}
+{{- end }}
+
+{{/* The comparison alert's alpha: alerts.alpha, else config.alpha, else the service's default;
+strictly between 0 and 1, as the service's alpha setting. */}}
+{{- define "stream-ndcg.alertAlpha" -}}
+{{- $raw := 0.05 }}
+{{- if hasKey .Values.config "alpha" }}{{ $raw = .Values.config.alpha }}{{ end }}
+{{- if ne (toString .Values.alerts.alpha) "" }}{{ $raw = .Values.alerts.alpha }}{{ end }}
+{{- $alpha := float64 $raw }}
+{{- if or (kindIs "bool" $raw) (le $alpha 0.0) (ge $alpha 1.0) }}
+{{- fail (printf "alerts.alpha %v must be between 0 and 1, both excluded, as the service's alpha setting" $raw) }}
+{{- end }}
+{{- $alpha }}
+{{- end }}
+
+{{/* The comparison alert's N*: alerts.nStar, else config.n_star, else the service's default; a
+whole number of impressions, at least 1, as the service's n_star setting. */}}
+{{- define "stream-ndcg.alertNStar" -}}
+{{- $raw := 10000 }}
+{{- if hasKey .Values.config "n_star" }}{{ $raw = .Values.config.n_star }}{{ end }}
+{{- if ne (toString .Values.alerts.nStar) "" }}{{ $raw = .Values.alerts.nStar }}{{ end }}
+{{- $n := int64 $raw }}
+{{- if or (kindIs "bool" $raw) (lt $n 1) (ne (float64 $raw) (float64 $n)) }}
+{{- fail (printf "alerts.nStar %v must be a whole number of impressions, at least 1, as the service's n_star setting" $raw) }}
+{{- end }}
+{{- $n }}
 {{- end }}
 
 {{- define "stream-ndcg.upSelector" -}}

@@ -10,6 +10,9 @@ something, and only then aggregate. Means are rebuilt from numerators and denomi
 {{- $a := .Values.alerts }}
 {{- $k := include "stream-ndcg.alertK" . }}
 {{- $seg := include "stream-ndcg.alertSegmentLabel" . }}
+{{- $control := include "stream-ndcg.alertControl" . }}
+{{- $alpha := include "stream-ndcg.alertAlpha" . }}
+{{- $nStar := include "stream-ndcg.alertNStar" . }}
 {{- $segs := include "stream-ndcg.segmentLabels" . }}
 {{- $one := printf "pipeline, k, window%s" $segs }}
 {{- $targets := join ", " $a.targetLabels }}
@@ -41,22 +44,77 @@ groups:
           / sum by (pipeline, k, window, {{ $seg }}) (max by ({{ $one }}) (stream_ndcg_scored_impressions))
       - record: stream_ndcg:scored_impressions:by_segment
         expr: sum by (pipeline, k, window, {{ $seg }}) (max by ({{ $one }}) (stream_ndcg_scored_impressions))
-      # How far each value of the segment label ({{ $seg }}) is behind the best one, and the gap
-      # that is significant at about 2 standard errors. nDCG lies in [0, 1] without negative
-      # grades, so its variance is at most 1/4 and 2 * sqrt(1/4n + 1/4m) bounds the noise of a
-      # difference of two means; the smallest group's n stands in for the best one's, which only
-      # makes the test more conservative.
-      - record: stream_ndcg:ndcg:segment_gap
+      {{- if $control }}
+      {{- $is := printf "%s=%q" $seg $control }}
+      {{- $not := printf "%s!=%q" $seg $control }}
+      {{- $by := printf "pipeline, k, window, %s" $seg }}
+      {{- $match := "on (pipeline, k, window) group_left" }}
+      # Every other value of {{ $seg }} against the control {{ $is }}, with the always-valid
+      # interval of the difference (docs/service.md, "The comparison alert"). First each value's
+      # real variance of its mean, the square of its standard error:
+      # (squares - sum^2 / n) / (n - 1) / n, below 0 only by rounding. Absent while the squares
+      # miss some impressions of the window (for a window's length after an upgrade from state
+      # format 4): no interval, no alarm.
+      - record: stream_ndcg:ndcg:mean_variance_by_segment
         expr: >-
-          max by (pipeline, k, window) (stream_ndcg:ndcg:mean_by_segment)
-          - on (pipeline, k, window) group_right stream_ndcg:ndcg:mean_by_segment
-      - record: stream_ndcg:ndcg:segment_gap_threshold
-        expr: >-
-          2 * sqrt(
-            0.25 / stream_ndcg:scored_impressions:by_segment
-            + on (pipeline, k, window) group_left
-            0.25 / min by (pipeline, k, window) (stream_ndcg:scored_impressions:by_segment)
+          clamp_min(
+            sum by ({{ $by }}) (max by ({{ $one }}) (stream_ndcg_ndcg_squares))
+            - sum by ({{ $by }}) (max by ({{ $one }}) (stream_ndcg_ndcg_numerator)) ^ 2
+            / stream_ndcg:scored_impressions:by_segment,
+            0
           )
+          / ((stream_ndcg:scored_impressions:by_segment > 1) - 1)
+          / stream_ndcg:scored_impressions:by_segment
+          unless on (pipeline, window, {{ $seg }})
+          (
+            sum by (pipeline, window, {{ $seg }}) (max by (pipeline, window{{ $segs }}) (stream_ndcg_squared_impressions))
+            < sum by (pipeline, window, {{ $seg }}) (max by (pipeline, window{{ $segs }}) (stream_ndcg_impressions))
+          )
+      # B - A (A the control), its standard error (the arms independent) and the impressions t
+      # of both arms.
+      - record: stream_ndcg:ndcg:difference_from_control
+        expr: >-
+          stream_ndcg:ndcg:mean_by_segment{ {{- $not -}} }
+          - {{ $match }} stream_ndcg:ndcg:mean_by_segment{ {{- $is -}} }
+      - record: stream_ndcg:ndcg:difference_from_control_standard_error
+        expr: >-
+          sqrt(
+            stream_ndcg:ndcg:mean_variance_by_segment{ {{- $not -}} }
+            + {{ $match }} stream_ndcg:ndcg:mean_variance_by_segment{ {{- $is -}} }
+          )
+      - record: stream_ndcg:scored_impressions:with_control
+        expr: >-
+          stream_ndcg:scored_impressions:by_segment{ {{- $not -}} }
+          + {{ $match }} stream_ndcg:scored_impressions:by_segment{ {{- $is -}} }
+      # Each comparison's alpha: {{ $alpha }} split evenly among the comparisons with the control
+      # (Bonferroni), one per other value with scored impressions in the window.
+      - record: stream_ndcg:segment_comparison:alpha
+        expr: >-
+          {{ $alpha }} / (count by (pipeline, k, window) (stream_ndcg:scored_impressions:by_segment > 0) - 1 > 0)
+      # The confidence sequence's tuning, narrowest near N* = {{ $nStar }} impressions:
+      # rho^2 = (-2 ln alpha + ln(-2 ln alpha + 1)) / N*.
+      - record: stream_ndcg:segment_comparison:rho_squared
+        expr: >-
+          (-2 * ln(stream_ndcg:segment_comparison:alpha) + ln(-2 * ln(stream_ndcg:segment_comparison:alpha) + 1))
+          / {{ $nStar }}
+      # The half-width s * sqrt(2 (t rho^2 + 1) / (t^2 rho^2) * ln(sqrt(t rho^2 + 1) / alpha)),
+      # s = SE sqrt(t), and the interval. tests/deploy checks it against stream_ndcg.comparisons.
+      - record: stream_ndcg:ndcg:difference_from_control_half_width
+        expr: >-
+          stream_ndcg:ndcg:difference_from_control_standard_error * sqrt(stream_ndcg:scored_impressions:with_control)
+          * sqrt(
+            2 * (stream_ndcg:scored_impressions:with_control * {{ $match }} stream_ndcg:segment_comparison:rho_squared + 1)
+            / (stream_ndcg:scored_impressions:with_control ^ 2 * {{ $match }} stream_ndcg:segment_comparison:rho_squared)
+            * ln(
+              sqrt(stream_ndcg:scored_impressions:with_control * {{ $match }} stream_ndcg:segment_comparison:rho_squared + 1)
+              / {{ $match }} stream_ndcg:segment_comparison:alpha
+            )
+          )
+      - record: stream_ndcg:ndcg:difference_from_control_low
+        expr: stream_ndcg:ndcg:difference_from_control - stream_ndcg:ndcg:difference_from_control_half_width
+      - record: stream_ndcg:ndcg:difference_from_control_high
+        expr: stream_ndcg:ndcg:difference_from_control + stream_ndcg:ndcg:difference_from_control_half_width
+      {{- end }}
       {{- end }}
       - record: stream_ndcg:events:rate5m
         expr: max by (pipeline, type) (rate(stream_ndcg_events_total[5m]))
@@ -83,23 +141,25 @@ groups:
           summary: "nDCG@{{ $k }} of {{ "{{" }} $labels.pipeline }} over {{ $a.shortWindow }} is {{ "{{" }} $value | humanizePercentage }}, under {{ $a.qualityDropRatio }} of its {{ $a.longWindow }} mean"
           description: "The ranking quality of the last {{ $a.shortWindow }} dropped against the last {{ $a.longWindow }}. Check recent ranking changes and the breakdown by segment."
           runbook_url: {{ include "stream-ndcg.runbook" (dict "root" . "alert" "StreamNdcgQualityDrop") | quote }}
-      {{- if $seg }}
+      {{- if $control }}
+      {{- $shortIs := printf "%s, %s=%q" $short $seg $control }}
+      # The value is how far the variant is behind the control (control - variant).
       - alert: StreamNdcgSegmentBelowAnother
         expr: >-
-          (
-            stream_ndcg:ndcg:segment_gap{ {{- $short -}} }
-            > on (pipeline, k, window, {{ $seg }}) stream_ndcg:ndcg:segment_gap_threshold{ {{- $short -}} }
-          )
+          -stream_ndcg:ndcg:difference_from_control{ {{- $short -}} }
+          and on (pipeline, k, window, {{ $seg }}) (stream_ndcg:ndcg:difference_from_control_high{ {{- $short -}} } < 0)
           and on (pipeline, k, window, {{ $seg }})
           (stream_ndcg:scored_impressions:by_segment{ {{- $short -}} } >= {{ $a.minScoredImpressions }})
+          and on (pipeline, k, window)
+          (stream_ndcg:scored_impressions:by_segment{ {{- $shortIs -}} } >= {{ $a.minScoredImpressions }})
           unless on (pipeline, k) (stream_ndcg:judged_ratio:mean{ {{- $short -}} } < {{ $a.judgedRatioMin }})
         for: 15m
         labels:
           severity: warning
           {{- with $a.extraLabels }}{{ toYaml . | nindent 10 }}{{ end }}
         annotations:
-          summary: "{{ $seg }} {{ "{{" }} $labels.{{ $seg }} }} is {{ "{{" }} $value | printf \"%.3f\" }} nDCG@{{ $k }} behind the best {{ $seg }}"
-          description: "Over the last {{ $a.shortWindow }}, {{ $seg }} {{ "{{" }} $labels.{{ $seg }} }} of {{ "{{" }} $labels.pipeline }} ranks significantly worse than the best one (gap above two standard errors)."
+          summary: "{{ $seg }} {{ "{{" }} $labels.{{ $seg }} }} is {{ "{{" }} $value | printf \"%.3f\" }} nDCG@{{ $k }} behind the control {{ $seg }} {{ $control }}"
+          description: "Over the last {{ $a.shortWindow }}, {{ $seg }} {{ "{{" }} $labels.{{ $seg }} }} of {{ "{{" }} $labels.pipeline }} ranks worse than the control {{ $control }}: the always-valid interval of the difference (alpha {{ $alpha }} split among the comparisons with the control, N* {{ $nStar }}) lies below 0."
           runbook_url: {{ include "stream-ndcg.runbook" (dict "root" . "alert" "StreamNdcgSegmentBelowAnother") | quote }}
       {{- end }}
       - alert: StreamNdcgJudgedRatioLow
