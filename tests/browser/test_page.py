@@ -52,7 +52,7 @@ def comparison(difference: float, standard_error: float, low: float, high: float
 # Against variant A at k=10, as the API would give them: B's plain interval holds 0 while the
 # stratified one (narrower: query difficulty taken out) is below it; C is above A, and shares no
 # query with it; the hostile value has a single scored impression, so neither has an error.
-AGAINST_A = {"B": {"plain": comparison(-0.0312, 0.0205, -0.1062, 0.0438),
+AGAINST_A: dict[str, dict[str, Any]] = {"B": {"plain": comparison(-0.0312, 0.0205, -0.1062, 0.0438),
                    "stratified": comparison(-0.0287, 0.0061, -0.0511, -0.0063)},
              "C": {"plain": comparison(0.0514, 0.0118, 0.0082, 0.0946), "stratified": None},
              SCRIPT_ID: {"plain": None, "stratified": None}}
