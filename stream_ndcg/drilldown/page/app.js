@@ -392,15 +392,21 @@
     return typeof value === "number" && Number.isFinite(value);
   }
 
-  // One scale for every bar of the table, symmetric about 0, so bars compare by length.
+  // One scale for every bar of the table, from the lowest bound to the highest with 0 always in
+  // it, so bars compare by length and by where they lie from 0.
   function chartScale(comparisons) {
-    let reach = 0;
+    let low = 0;
+    let high = 0;
     for (const c of comparisons) {
-      for (const value of [c.low, c.high, c.difference]) if (finite(value)) reach = Math.max(reach, Math.abs(value));
+      for (const value of [c.low, c.high, c.difference]) {
+        if (finite(value)) { low = Math.min(low, value); high = Math.max(high, value); }
+      }
     }
-    const half = reach > 0 ? reach * 1.08 : 0.01;
+    const margin = high > low ? (high - low) * 0.06 : 0.01;
+    low -= margin;
+    high += margin;
     const inner = CHART.width - 2 * CHART.pad;
-    return { half, x: (value) => CHART.pad + (value + half) / (2 * half) * inner };
+    return { low, high, x: (value) => CHART.pad + (value - low) / (high - low) * inner };
   }
 
   // Where the interval is: decided once it excludes 0, and then on which side of the control.
@@ -427,13 +433,15 @@
                         viewBox: "0 0 " + CHART.width + " " + CHART.height }, parts);
   }
 
+  // The scale's ends and 0, an end left out where its label would run into 0's.
   function axisChart(scale) {
-    const ticks = [[-scale.half, signed(-scale.half, 3), "start"], [0, "0", "middle"],
-                   [scale.half, signed(scale.half, 3), "end"]];
+    const x0 = scale.x(0);
+    const ticks = [[x0, "0", "middle"]];
+    if (x0 > 40) ticks.push([0, signed(scale.low, 3), "start"]);
+    if (x0 < CHART.width - 40) ticks.push([CHART.width, signed(scale.high, 3), "end"]);
     return svg("svg", { class: "interval-axis", viewBox: "0 0 " + CHART.width + " 14", "aria-hidden": "true" },
-               ticks.map(([value, label, anchor]) => svg("text", {
-                 x: value === 0 ? scale.x(0) : anchor === "start" ? 0 : CHART.width, y: 11,
-                 "text-anchor": anchor }, [document.createTextNode(label)])));
+               ticks.map(([x, label, anchor]) => svg("text", { x, y: 11, "text-anchor": anchor },
+                                                     [document.createTextNode(label)])));
   }
 
   // Why the API gave no estimate: an arm under 2 scored impressions has no variance; otherwise
