@@ -456,6 +456,13 @@ def test_missing_comparisons_are_said_in_words(canned: Canned) -> None:
         for word in ("NaN", "undefined", "null", "Infinity"):
             assert word not in shown
         assert page.evaluate("typeof window.pwned") == "undefined"
+        # A control without impressions in the window: nothing is compared, and the page says so.
+        tab.after(lambda: page.evaluate("location.hash = '#window=1h&control=variant%3AZ'"))
+        assert canned.last_control() == "variant:Z"
+        assert comparison_rows(page) == []
+        assert text(page, "#comparisons-table tbody") == "variant = Z has no impressions in the last 1h: nothing to " \
+                                                          "compare with"
+        assert page.input_value("#control-select") == "variant:Z"
     assert tab.errors == []
 
 

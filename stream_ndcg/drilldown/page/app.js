@@ -488,7 +488,7 @@
     const label = found.control.label;
     const control = found.control.value;
     section.dataset.control = label + ":" + control;
-    const atK = found.k[k];
+    const atK = found.k[k] || { arms: {}, alpha: null, alpha_each: null, n_star: null };
     const arms = Object.keys(atK.arms).sort();
     const scored = {};  // value -> scored impressions at k, summed over the other labels
     for (const row of answer.rows) {
