@@ -372,7 +372,7 @@
   // ---- against the control: each difference with its always-valid interval -------------------
 
   const SVG = "http://www.w3.org/2000/svg";
-  // The chart's drawing box (viewBox units; CSS scales it): the interval bar, its point and 0.
+  // The chart's drawing box in viewBox units, which app.css draws 1:1 in pixels: the interval bar, its point and 0.
   const CHART = { width: 240, height: 24, pad: 10 };
   const ESTIMATES = [["plain", "plain"], ["stratified", "stratified by query"]];
 
