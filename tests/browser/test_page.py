@@ -83,9 +83,12 @@ def comparisons(control: str) -> dict[str, Any] | None:
 
 def summary(window: str, control: str) -> dict[str, Any]:
     def row(variant: str, ndcg: float, scored: int = 90) -> dict[str, Any]:
+        # Under 2 scored impressions (and so under 2 queries) a mean has no standard error.
+        errors = {"ndcg_standard_error": 0.0213, "ndcg_clustered_standard_error": 0.0388} if scored > 1 \
+            else {"ndcg_standard_error": None, "ndcg_clustered_standard_error": None}
         return {"segment": {"variant": variant}, "impressions": 100,
-                "k": {k: {"ndcg_mean": ndcg, "dcg_mean": ndcg * 3, "judged_ratio": 0.4, "scored_impressions": scored}
-                      for k in ("5", "10")}}
+                "k": {k: {"ndcg_mean": ndcg, "dcg_mean": ndcg * 3, "judged_ratio": 0.4, "scored_impressions": scored,
+                          "ndcg_query_mean": ndcg - 0.0123, **errors} for k in ("5", "10")}}
     return {"window": window, "windows": ["1m", "5m", "1h"], "cutoffs": [5, 10], "segment_labels": ["variant"],
             "now_ms": NOW, "buckets": [10, 20],
             "rows": [row("A", 0.71), row("B", 0.62), row("C", 0.76), row(SCRIPT_ID, 0.5, scored=1)],
@@ -443,6 +446,16 @@ def test_missing_comparisons_are_said_in_words(canned: Canned) -> None:
     with open_page(f"http://127.0.0.1:{canned.port}/#window=1h") as tab:
         signed_in(tab)
         page = tab.page
+        # The glance: each mean's errors and query mean, or in words why there is none.
+        errors = page.eval_on_selector_all("#summary-table tbody td[data-window='1h'] .errors",
+                                           "spans => spans.map(s => s.textContent)")
+        means = {row["segment"]["variant"]: row["k"]["10"] for row in summary("1h", "")["rows"]}
+        dot = " \u00b7 "
+        assert errors == [
+            f"no SE (under 2 impressions){dot}no SE by query (under 2 queries){dot}query mean "
+            f"{means[SCRIPT_ID]['ndcg_query_mean']:.4f}",
+            *(f"SE {means[v]['ndcg_standard_error']:.4f}{dot}by query {means[v]['ndcg_clustered_standard_error']:.4f}"
+              f"{dot}query mean {means[v]['ndcg_query_mean']:.4f}" for v in ("A", "B", "C"))]
         rows = {(r["arm"], r["estimate"]): r for r in comparison_rows(page)}
         # The hostile value has one scored impression: no variance, so no error and no interval.
         for estimate in ("plain", "stratified"):

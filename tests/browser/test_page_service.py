@@ -93,6 +93,12 @@ def test_the_page_shows_what_the_api_answers(service: Service) -> None:
                                            "r.querySelector('td[data-window=\"5m\"] .big').textContent])")
         assert glance == [[row["segment"]["variant"], f"{row['k']['10']['ndcg_mean']:.4f}"]
                           for row in summary["rows"]]
+        # Beside each mean its two standard errors and the query-averaged mean.
+        errors = page.eval_on_selector_all("#summary-table tbody td[data-window='5m'] .errors",
+                                           "spans => spans.map(s => s.textContent)")
+        assert errors == [f"SE {f['ndcg_standard_error']:.4f} \u00b7 by query {f['ndcg_clustered_standard_error']:.4f}"
+                          f" \u00b7 query mean {f['ndcg_query_mean']:.4f}"
+                          for f in (row["k"]["10"] for row in summary["rows"])]
 
         # The worst query's detail: its lists, doc by doc, grade by grade.
         query_id = shown[0]

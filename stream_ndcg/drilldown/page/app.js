@@ -350,7 +350,10 @@
           cell.append(el("span", { className: "big", text: num(figures.ndcg_mean, 4) }), meter,
                       el("span", { className: "small",
                                    text: "judged " + num(figures.judged_ratio, 3) + " \u00b7 "
-                                         + num(row.windows[w].impressions, 0) + " imp" }));
+                                         + num(row.windows[w].impressions, 0) + " imp" }),
+                      el("span", { className: "small errors", text: errorsText(figures),
+                                   title: "standard error of the mean; by query: the query-clustered one, for "
+                                          + "comparing with an earlier window; query mean: each query once" }));
         } else {
           cell.append(el("span", { className: "small", text: "\u2014" }));
         }
@@ -367,6 +370,17 @@
                                            className: "empty", text: "no impressions in any window yet" })]));
     }
     $("summary-hint").textContent = "mean nDCG@" + k + " per window and segment; click a cell to open it";
+  }
+
+  // A mean's standard errors (impression-level, and query-clustered: for comparing a window with
+  // an earlier one) and the query-averaged mean, each said in words where the API has none.
+  function errorsText(figures) {
+    const plain = figures.ndcg_standard_error;
+    const clustered = figures.ndcg_clustered_standard_error;
+    const queryMean = figures.ndcg_query_mean;
+    return (finite(plain) ? "SE " + num(plain, 4) : "no SE (under 2 impressions)")
+      + (finite(clustered) ? " \u00b7 by query " + num(clustered, 4) : " \u00b7 no SE by query (under 2 queries)")
+      + (finite(queryMean) ? " \u00b7 query mean " + num(queryMean, 4) : "");
   }
 
   // ---- against the control: each difference with its always-valid interval -------------------
