@@ -84,8 +84,8 @@ def comparisons(control: str) -> dict[str, Any] | None:
 def summary(window: str, control: str) -> dict[str, Any]:
     def row(variant: str, ndcg: float, scored: int = 90) -> dict[str, Any]:
         # Under 2 scored impressions (and so under 2 queries) a mean has no standard error.
-        errors = {"ndcg_standard_error": 0.0213, "ndcg_clustered_standard_error": 0.0388} if scored > 1 \
-            else {"ndcg_standard_error": None, "ndcg_clustered_standard_error": None}
+        errors = {"ndcg_standard_error": 0.0213, "ndcg_clustered_standard_error": 0.0388, "queries": 12} \
+            if scored > 1 else {"ndcg_standard_error": None, "ndcg_clustered_standard_error": None, "queries": 1}
         return {"segment": {"variant": variant}, "impressions": 100,
                 "k": {k: {"ndcg_mean": ndcg, "dcg_mean": ndcg * 3, "judged_ratio": 0.4, "scored_impressions": scored,
                           "ndcg_query_mean": ndcg - 0.0123, **errors} for k in ("5", "10")}}

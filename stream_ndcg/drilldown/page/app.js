@@ -378,8 +378,11 @@
     const plain = figures.ndcg_standard_error;
     const clustered = figures.ndcg_clustered_standard_error;
     const queryMean = figures.ndcg_query_mean;
-    return (finite(plain) ? "SE " + num(plain, 4) : "no SE (under 2 impressions)")
-      + (finite(clustered) ? " \u00b7 by query " + num(clustered, 4) : " \u00b7 no SE by query (under 2 queries)")
+    const few = (count) => !finite(count) || count < 2;
+    return (finite(plain) ? "SE " + num(plain, 4)
+      : few(figures.scored_impressions) ? "no SE (under 2 impressions)" : "no SE yet (sums of squares incomplete)")
+      + " \u00b7 " + (finite(clustered) ? "by query " + num(clustered, 4)
+      : few(figures.queries) ? "no SE by query (under 2 queries)" : "no SE by query")
       + (finite(queryMean) ? " \u00b7 query mean " + num(queryMean, 4) : "");
   }
 
