@@ -84,7 +84,7 @@ def _replay(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
 
 def cmd_judging_queue(args: argparse.Namespace) -> int:
     from stream_ndcg.drilldown.api import judging_queue_body
-    from stream_ndcg.drilldown.explorer import Question
+    from stream_ndcg.drilldown.question import Question
     from stream_ndcg.errors import RequestError, StoreUnavailable
     from stream_ndcg.service import explorer
 

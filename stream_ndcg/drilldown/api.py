@@ -3,7 +3,7 @@
     api = Api(explorer, token="")
     port = api.serve("127.0.0.1", 9465)
 
-Routes (all GET; parameters in `explorer.Question`):
+Routes (all GET; parameters in `question.Question`):
 
     /api/v1/summary               the window means per segment (the gauges' numbers)
     /api/v1/queries               per query, sortable, with a comparison (vs=previous|<label>:<value>)
@@ -34,7 +34,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import orjson
 
-from stream_ndcg.drilldown.explorer import Explorer, Question
+from stream_ndcg.drilldown.explorer import Explorer
+from stream_ndcg.drilldown.question import Question
 from stream_ndcg.errors import RequestError, StoreUnavailable
 from stream_ndcg.listener import Listener, respond
 

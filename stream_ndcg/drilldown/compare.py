@@ -91,6 +91,15 @@ def against(arms: Mapping[str, Arm], control: str, alpha: float, n_star: float) 
     }
 
 
+def with_control(control: tuple[str, str], cutoffs: Sequence[int], arms: Sequence[Mapping[str, Arm]],
+                 alpha: float, n_star: float) -> dict[str, Any]:
+    """The summary's `comparisons`: the control (label, value), and per cut-off (`arms[i]` at
+    `cutoffs[i]`) every other value of its label against it (`against`)."""
+    label, value = control
+    return {"control": {"label": label, "value": value},
+            "k": {str(k): against(arms[i], value, alpha, n_star) for i, k in enumerate(cutoffs)}}
+
+
 def arms_at(totals: Mapping[tuple[str, ...], Mapping[str, float]], at: int,
             tables: Mapping[str, Mapping[str, Sequence[float]]], cutoff_index: int, k: int) -> dict[str, Arm]:
     """The arms at one cut-off, from a window's totals per segment values (those with value v at

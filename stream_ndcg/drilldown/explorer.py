@@ -3,9 +3,8 @@
 An `Explorer` reads the shared state (so any instance answers for every
 partition) and keeps a `index.QueryIndex` of its rows, brought up to date
 before each answer by reading only what the store logged since the last one.
-Its answers are plain JSON-ready dicts. `Question.parse` turns request
-parameters into a checked question, and refuses a bad one with a
-`BadParameter` that names the parameter.
+Its answers are plain JSON-ready dicts, to questions `question.Question.parse`
+has checked.
 
     explorer = Explorer(store, WindowView.from_settings(settings), settings.measure, settings.horizon)
     explorer.queries(Question.parse({"window": ["1h"], "k": ["10"], "segment.variant": ["B"]}, explorer.view))
@@ -17,138 +16,26 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from stream_ndcg import rows
 from stream_ndcg.comparisons import ALPHA, N_STAR
 from stream_ndcg.drilldown import compare, index, queue
 from stream_ndcg.drilldown.clicks import ClickEvidence, of_query
+from stream_ndcg.drilldown.question import Question, check_query_id
 from stream_ndcg.errors import BadParameter, NotFound
 from stream_ndcg.exporter import WindowTotals, WindowView
 from stream_ndcg.metric import Measure, ideal_dcg
 from stream_ndcg.query_state import effective_grade
-from stream_ndcg.setting_values import Bad, duration, format_duration
+from stream_ndcg.setting_values import format_duration
 from stream_ndcg.state.base import StateStore
 from stream_ndcg.windows import means, oldest_kept_bucket
 
-# The rows one answer holds by default and at most (a query's distinct lists for "query"), and the
-# longest query id asked for (the event contract's).
-DEFAULT_LIMIT = {"queries": 50, "judging-queue": 100, "query": 200}
-MAX_LIMIT = {"queries": 1000, "judging-queue": 10_000, "query": 1000}
-MAX_QUERY_ID = 512
 # Queries whose unjudged exposures the judging queue keeps between requests (the head of the queue).
 EXPOSURES_KEPT = 20_000
 # What the summary reports of `windows.means` per cut-off.
 SUMMARY_FIGURES = ("ndcg_mean", "ndcg_standard_error", "dcg_mean", "dcg_standard_error", "judged_ratio",
                    "scored_impressions")
-_ORDERS = ("asc", "desc")
-_FORMATS = ("json", "jsonl", "csv")
-_KNOWN = {"window", "k", "sort", "order", "limit", "offset", "min_impressions", "vs", "format", "control"}
-
-
-@dataclass(frozen=True)
-class Question:
-    """A checked drill-down request."""
-
-    window_ms: int
-    k: int
-    segment: dict[str, str] = field(default_factory=dict)
-    # None, "previous", or (label, value): another value of one segment label.
-    vs: str | tuple[str, str] | None = None
-    # (label, value): what the summary compares every other value of the label with.
-    control: tuple[str, str] | None = None
-    sort: str = "ndcg"
-    descending: bool = False
-    limit: int = 50
-    offset: int = 0
-    min_impressions: int = 1
-    format: str = "json"
-
-    @classmethod
-    def parse(cls, params: Mapping[str, Sequence[str]], view: WindowView, kind: str = "queries") -> Question:
-        """From query-string parameters (each a list of values, as `urllib.parse.parse_qs` gives)."""
-        def one(name: str, default: str) -> str:
-            values = params.get(name)
-            if not values:
-                return default
-            if len(values) > 1:
-                raise BadParameter(name, "given more than once")
-            return values[0]
-
-        for name in params:
-            if name not in _KNOWN and not name.startswith("segment."):
-                raise BadParameter(name, f"unknown parameter (known: {', '.join(sorted(_KNOWN))}, segment.<label>)")
-        windows = {format_duration(w): w for w in view.windows_ms}
-        window_text = one("window", format_duration(view.windows_ms[0]))
-        try:
-            window_ms = duration(1)(window_text)
-        except Bad:
-            window_ms = -1
-        if window_ms not in view.windows_ms:
-            raise BadParameter("window", f"{window_text!r} is not a configured window ({', '.join(windows)})")
-        k = _integer("k", one("k", str(view.cutoffs[-1])), 1)
-        if k not in view.cutoffs:
-            raise BadParameter("k", f"{k} is not a configured cut-off ({', '.join(map(str, view.cutoffs))})")
-        segment = {}
-        for name in params:
-            if name.startswith("segment."):
-                label = name.removeprefix("segment.")
-                if label not in view.segment_labels:
-                    raise BadParameter(name, f"{label!r} is not a segment label "
-                                             f"({', '.join(view.segment_labels) or 'none configured'})")
-                segment[label] = one(name, "")
-        vs = _comparison(one("vs", ""), view)
-        control = _comparison(one("control", ""), view, "control")
-        if control == "previous":
-            raise BadParameter("control", "use <label>:<value> with a segment label")
-        sort = one("sort", "ndcg")
-        if sort not in index.SORTS:
-            raise BadParameter("sort", f"{sort!r} is not a column ({', '.join(index.SORTS)})")
-        if sort.startswith("change_") and vs is None:
-            raise BadParameter("sort", f"{sort!r} needs a comparison: add vs=previous or vs=<label>:<value>")
-        order = one("order", "asc")
-        if order not in _ORDERS:
-            raise BadParameter("order", f"{order!r} is not asc or desc")
-        cap = MAX_LIMIT[kind]
-        limit = _integer("limit", one("limit", str(DEFAULT_LIMIT[kind])), 1, cap)
-        form = one("format", "json")
-        if form not in _FORMATS:
-            raise BadParameter("format", f"{form!r} is not one of {', '.join(_FORMATS)}")
-        return cls(window_ms=window_ms, k=k, segment=segment, vs=vs,
-                   control=control if isinstance(control, tuple) else None, sort=sort, descending=order == "desc",
-                   limit=limit, offset=_integer("offset", one("offset", "0"), 0),
-                   min_impressions=_integer("min_impressions", one("min_impressions", "1"), 0), format=form)
-
-
-def _integer(name: str, text: str, least: int, most: int | None = None) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise BadParameter(name, f"{text[:40]!r} is not a whole number") from None
-    if value < least or (most is not None and value > most):
-        raise BadParameter(name, f"{value} is out of range: {least} to {most}" if most is not None
-                           else f"{value} is out of range: at least {least}")
-    return value
-
-
-def _comparison(text: str, view: WindowView, name: str = "vs") -> str | tuple[str, str] | None:
-    if not text:
-        return None
-    if text == "previous":
-        return text
-    label, sep, value = text.partition(":")
-    if not sep or label not in view.segment_labels:
-        raise BadParameter(name, f"{text[:80]!r}: use previous or <label>:<value> with a segment label "
-                                 f"({', '.join(view.segment_labels) or 'none configured'})")
-    return label, value
-
-
-def check_query_id(query_id: str) -> str:
-    if not query_id or len(query_id) > MAX_QUERY_ID:
-        raise BadParameter("query_id", f"must be 1 to {MAX_QUERY_ID} characters, not {len(query_id)}")
-    return query_id
-
 
 class Explorer:
     """Answers the drill-down questions from a store; safe to call from several threads."""
@@ -270,16 +157,14 @@ class Explorer:
 
     def _comparisons(self, control: tuple[str, str], totals: Mapping[tuple[str, ...], Mapping[str, float]],
                      first: int, last: int) -> dict[str, Any]:
-        """Every other value of the control's label against it, per cut-off (`compare.against`)."""
-        label, value = control
+        """Every other value of the control's label against it, per cut-off (`compare.with_control`)."""
+        label = control[0]
         at = self.view.segment_labels.index(label)
         # The index's rows change in place as it reads on: the arms are taken while it is held.
         with self._lock:
             tables = {values[at]: self.index.window(first, last, {label: values[at]}) for values in totals}
             arms = [compare.arms_at(totals, at, tables, i, k) for i, k in enumerate(self.view.cutoffs)]
-        return {"control": {"label": label, "value": value},
-                "k": {str(k): compare.against(arms[i], value, self.alpha, self.n_star)
-                      for i, k in enumerate(self.view.cutoffs)}}
+        return compare.with_control(control, self.view.cutoffs, arms, self.alpha, self.n_star)
 
     def queries(self, question: Question) -> dict[str, Any]:
         """Per query: the window's figures, and the change against `vs`."""

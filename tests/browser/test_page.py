@@ -44,13 +44,55 @@ def query_row(query_id: str, ndcg: float | None, impressions: int, vs: bool) -> 
     return row
 
 
-def summary(window: str) -> dict[str, Any]:
-    def row(variant: str, ndcg: float) -> dict[str, Any]:
+def comparison(difference: float, standard_error: float, low: float, high: float) -> dict[str, Any]:
+    return {"difference": difference, "standard_error": standard_error, "low": low, "high": high,
+            "excludes_zero": low > 0 or high < 0}
+
+
+# Against variant A at k=10, as the API would give them: B's plain interval holds 0 while the
+# stratified one (narrower: query difficulty taken out) is below it; C is above A, and shares no
+# query with it; the hostile value has a single scored impression, so neither has an error.
+AGAINST_A: dict[str, dict[str, Any]] = {"B": {"plain": comparison(-0.0312, 0.0205, -0.1062, 0.0438),
+                   "stratified": comparison(-0.0287, 0.0061, -0.0511, -0.0063)},
+             "C": {"plain": comparison(0.0514, 0.0118, 0.0082, 0.0946), "stratified": None},
+             SCRIPT_ID: {"plain": None, "stratified": None}}
+
+
+def flipped(compared: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A against B from B against A."""
+    if compared is None:
+        return None
+    return comparison(-compared["difference"], compared["standard_error"], -compared["high"], -compared["low"])
+
+
+def comparisons(control: str) -> dict[str, Any] | None:
+    """The summary's `comparisons` with `control` (label:value; empty: none, as without the setting)."""
+    if not control:
+        return None
+    label, _, value = control.partition(":")
+    arms: dict[str, Any] = {arm: {"plain": None, "stratified": None} for arm in ("A", *AGAINST_A) if arm != value}
+    if value == "A":
+        arms = AGAINST_A
+    elif value in AGAINST_A:
+        arms["A"] = {name: flipped(compared) for name, compared in AGAINST_A[value].items()}
+    alpha_each = 0.05 / len(arms)
+    return {"control": {"label": label, "value": value},
+            "k": {k: {"alpha": 0.05, "alpha_each": alpha_each, "correction": "bonferroni", "n_star": 10_000,
+                      "arms": arms} for k in ("5", "10")}}
+
+
+def summary(window: str, control: str) -> dict[str, Any]:
+    def row(variant: str, ndcg: float, scored: int = 90) -> dict[str, Any]:
+        # Under 2 scored impressions (and so under 2 queries) a mean has no standard error.
+        errors = {"ndcg_standard_error": 0.0213, "ndcg_clustered_standard_error": 0.0388, "queries": 12} \
+            if scored > 1 else {"ndcg_standard_error": None, "ndcg_clustered_standard_error": None, "queries": 1}
         return {"segment": {"variant": variant}, "impressions": 100,
-                "k": {k: {"ndcg_mean": ndcg, "dcg_mean": ndcg * 3, "judged_ratio": 0.4, "scored_impressions": 90}
-                      for k in ("5", "10")}}
+                "k": {k: {"ndcg_mean": ndcg, "dcg_mean": ndcg * 3, "judged_ratio": 0.4, "scored_impressions": scored,
+                          "ndcg_query_mean": ndcg - 0.0123, **errors} for k in ("5", "10")}}
     return {"window": window, "windows": ["1m", "5m", "1h"], "cutoffs": [5, 10], "segment_labels": ["variant"],
-            "now_ms": NOW, "buckets": [10, 20], "rows": [row("A", 0.71), row("B", 0.62), row(SCRIPT_ID, 0.5)]}
+            "now_ms": NOW, "buckets": [10, 20],
+            "rows": [row("A", 0.71), row("B", 0.62), row("C", 0.76), row(SCRIPT_ID, 0.5, scored=1)],
+            "comparisons": comparisons(control)}
 
 
 def queries(params: dict[str, str]) -> dict[str, Any]:
@@ -112,9 +154,16 @@ class Canned:
 
     port: int = 0
     asked: list[tuple[str, dict[str, str], str | None]] = field(default_factory=list)
+    # The API's `control` setting: the summary's control when a request names none.
+    control: str = "variant:A"
 
     def last(self, path: str) -> dict[str, str]:
         return next(params for asked, params, _ in reversed(self.asked) if asked == path)
+
+    def last_control(self) -> str:
+        """The control of the last summary asked for with one (the glance's summaries name none)."""
+        return next(params["control"] for asked, params, _ in reversed(self.asked)
+                    if asked == "/api/v1/summary" and "control" in params)
 
 
 @pytest.fixture
@@ -139,7 +188,7 @@ def canned() -> Iterator[Canned]:
                 self.send(401, b'{"error": "authorization: a bearer token is required"}', "application/json")
                 return
             if parts.path == "/api/v1/summary":
-                answer: Any = summary(params.get("window", "1m"))
+                answer: Any = summary(params.get("window", "1m"), params.get("control") or record.control)
             elif parts.path == "/api/v1/queries":
                 if params.get("vs") == "previous" and params.get("window") == "1h":
                     self.send(400, json.dumps({"error": REFUSED}).encode(), "application/json")
@@ -323,4 +372,143 @@ def test_a_refusal_is_shown_with_the_api_message(canned: Canned) -> None:
         tab.after(lambda: page.click("#view-worst"))
         assert page.is_hidden("#queries-error")
         assert "vs" not in canned.last("/api/v1/queries")
+    assert tab.errors == []
+
+
+# Per row of the comparisons table: its arm, estimate, texts, and the chart's geometry (viewBox units).
+COMPARISON_ROWS = """rows => rows.map(r => {
+    const chart = r.querySelector('svg.interval-chart');
+    const at = (selector, name) => chart && chart.querySelector(selector)
+        ? Number(chart.querySelector(selector).getAttribute(name)) : null;
+    const cell = (selector) => r.querySelector(selector) ? r.querySelector(selector).textContent : null;
+    return {arm: r.dataset.arm, estimate: r.dataset.estimate, decision: r.dataset.decision,
+            decision_text: cell('td.decision'), decision_colour: getComputedStyle(r.querySelector('td.decision')).color,
+            difference: cell('td.difference'), standard_error: cell('td.standard-error'), interval: cell('td.interval'),
+            missing: cell('td.missing'), label: chart && chart.getAttribute('aria-label'),
+            width: chart && Number(chart.getAttribute('viewBox').split(' ')[2]),
+            zero: at('line.zero', 'x1'), low: at('rect.interval', 'x'), span: at('rect.interval', 'width'),
+            point: at('circle.point', 'cx')};
+})"""
+
+
+def comparison_rows(page: Page) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = page.eval_on_selector_all("#comparisons-table tbody tr[data-arm]", COMPARISON_ROWS)
+    return rows
+
+
+def signed_text(value: float) -> str:
+    """As the page writes a difference: a sign (a minus sign, U+2212) and 4 decimals."""
+    return ("+" if value > 0 else "\u2212") + f"{abs(value):.4f}"
+
+
+def test_each_comparison_is_drawn_where_its_numbers_say(canned: Canned) -> None:
+    with open_page(f"http://127.0.0.1:{canned.port}/#window=1h&k=10") as tab:
+        signed_in(tab)
+        page = tab.page
+        # The control setting's: the API's default, shown as chosen.
+        assert page.input_value("#control-select") == "variant:A"
+        assert canned.last_control() == "variant:A"
+        rows = comparison_rows(page)
+        assert [(r["arm"], r["estimate"]) for r in rows] == [
+            (arm, estimate) for arm in sorted(AGAINST_A) for estimate in ("plain", "stratified")]
+        drawn = [(r, AGAINST_A[r["arm"]][r["estimate"]]) for r in rows if r["point"] is not None]
+        assert [(r["arm"], r["estimate"]) for r, _ in drawn] == [("B", "plain"), ("B", "stratified"), ("C", "plain")]
+        # One linear scale for every bar: 0 at one place, the same units per nDCG for each.
+        zero = drawn[0][0]["zero"]
+        units = (drawn[0][0]["point"] - zero) / drawn[0][1]["difference"]
+        assert units > 0
+        for row, numbers in drawn:
+            assert row["zero"] == zero
+            assert row["point"] == pytest.approx(zero + units * numbers["difference"], abs=1e-6)
+            assert row["low"] == pytest.approx(zero + units * numbers["low"], abs=1e-6)
+            assert row["low"] + row["span"] == pytest.approx(zero + units * numbers["high"], abs=1e-6)
+            assert 0 <= row["low"] <= row["point"] <= row["low"] + row["span"] <= row["width"]
+            assert row["difference"] == signed_text(numbers["difference"])
+            assert row["standard_error"] == f"{numbers['standard_error']:.4f}"
+            assert row["interval"] == f"[{signed_text(numbers['low'])}, {signed_text(numbers['high'])}]"
+        # B's plain interval holds 0: not yet decided; its stratified one and C's are beyond it.
+        decisions = {(r["arm"], r["estimate"]): (r["decision"], r["decision_text"]) for r, _ in drawn}
+        assert decisions == {("B", "plain"): ("undecided", "not yet decided"),
+                             ("B", "stratified"): ("below", "B below A"),
+                             ("C", "plain"): ("above", "C above A")}
+        for row, _ in drawn:
+            # Read out as text too: the chart's label carries the numbers and the decision.
+            assert row["label"].endswith(": " + row["decision_text"]) and row["difference"] in row["label"]
+        assert len({row["decision_colour"] for row, _ in drawn}) == 3
+        assert "alpha 0.05, 0.0167 each (Bonferroni)" in text(page, "#comparisons-caption")
+        # Another k: the same table for it.
+        tab.after(lambda: page.select_option("#k-select", "5"))
+        assert text(page, "#comparisons-hint") == "nDCG@5 over the last 1h"
+    assert tab.errors == []
+
+
+def test_missing_comparisons_are_said_in_words(canned: Canned) -> None:
+    with open_page(f"http://127.0.0.1:{canned.port}/#window=1h") as tab:
+        signed_in(tab)
+        page = tab.page
+        # The glance: each mean's errors and query mean, or in words why there is none.
+        errors = page.eval_on_selector_all("#summary-table tbody td[data-window='1h'] .errors",
+                                           "spans => spans.map(s => s.textContent)")
+        means = {row["segment"]["variant"]: row["k"]["10"] for row in summary("1h", "")["rows"]}
+        dot = " \u00b7 "
+        assert errors == [
+            f"no SE (under 2 impressions){dot}no SE by query (under 2 queries){dot}query mean "
+            f"{means[SCRIPT_ID]['ndcg_query_mean']:.4f}",
+            *(f"SE {means[v]['ndcg_standard_error']:.4f}{dot}by query {means[v]['ndcg_clustered_standard_error']:.4f}"
+              f"{dot}query mean {means[v]['ndcg_query_mean']:.4f}" for v in ("A", "B", "C"))]
+        rows = {(r["arm"], r["estimate"]): r for r in comparison_rows(page)}
+        # The hostile value has one scored impression: no variance, so no error and no interval.
+        for estimate in ("plain", "stratified"):
+            row = rows[(SCRIPT_ID, estimate)]
+            assert row["missing"] == "no estimate: too few impressions (under 2 in an arm)"
+            assert (row["decision"], row["decision_text"], row["point"]) == ("undecided", "not yet decided", None)
+        assert rows[("C", "stratified")]["missing"] == "no estimate: no queries in common yet"
+        assert SCRIPT_ID in page.eval_on_selector_all("#comparisons-table tbody th",
+                                                      "ths => ths.map(t => t.textContent)")
+        shown = text(page, "#comparisons")
+        for word in ("NaN", "undefined", "null", "Infinity"):
+            assert word not in shown
+        assert page.evaluate("typeof window.pwned") == "undefined"
+        # A control without impressions in the window: nothing is compared, and the page says so.
+        tab.after(lambda: page.evaluate("location.hash = '#window=1h&control=variant%3AZ'"))
+        assert canned.last_control() == "variant:Z"
+        assert comparison_rows(page) == []
+        assert text(page, "#comparisons-table tbody") == "variant = Z has no impressions in the last 1h: nothing to " \
+                                                          "compare with"
+        assert page.input_value("#control-select") == "variant:Z"
+    assert tab.errors == []
+
+
+def test_the_control_is_chosen_on_the_page(canned: Canned) -> None:
+    with open_page(f"http://127.0.0.1:{canned.port}/#window=1h") as tab:
+        signed_in(tab)
+        page = tab.page
+        tab.after(lambda: page.select_option("#control-select", "variant:B"))
+        assert canned.last_control() == "variant:B"
+        assert "control=variant%3AB" in page.evaluate("location.hash")
+        rows = {(r["arm"], r["estimate"]): r for r in comparison_rows(page)}
+        # A against B: B's comparisons with A, turned round.
+        assert (rows[("A", "plain")]["decision_text"], rows[("A", "stratified")]["decision_text"]) \
+            == ("not yet decided", "A above B")
+        assert rows[("A", "stratified")]["difference"] == signed_text(-AGAINST_A["B"]["stratified"]["difference"])
+        assert rows[("C", "plain")]["missing"] == "no estimate: no standard error yet (sums of squares incomplete)"
+        assert page.eval_on_selector("#comparisons", "s => s.dataset.control") == "variant:B"
+        # Back to the setting's control: the link needs no parameter for it.
+        tab.after(lambda: page.select_option("#control-select", "variant:A"))
+        assert "control" not in page.evaluate("location.hash")
+        assert canned.last_control() == "variant:A"
+    assert tab.errors == []
+
+    # Without a control setting, the page asks for one until a link or the select names it.
+    canned.control = ""
+    with open_page(f"http://127.0.0.1:{canned.port}/#window=1h") as tab:
+        signed_in(tab)
+        page = tab.page
+        assert page.input_value("#control-select") == ""
+        assert text(page, "#comparisons-caption").startswith("no control: choose one")
+        assert comparison_rows(page) == []
+        tab.after(lambda: page.select_option("#control-select", "variant:A"))
+        assert "control=variant%3AA" in page.evaluate("location.hash")
+        assert {r["estimate"]: r["decision_text"] for r in comparison_rows(page) if r["arm"] == "B"} \
+            == {"plain": "not yet decided", "stratified": "B below A"}
     assert tab.errors == []

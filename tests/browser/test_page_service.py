@@ -1,6 +1,7 @@
 """The drill-down page in headless Chromium against a running service fed by the simulator (real
 Kafka, real Redis, event clock): what the page shows is what the API answers, and the judging
-queue's download is the API's CSV. Saves the screenshot docs/drilldown.md shows (docs/drilldown.png)."""
+queue's download is the API's CSV, and each comparison with the control is drawn as the summary
+gives it. Saves the screenshots docs/drilldown.md shows (docs/drilldown.png, docs/drilldown-comparison.png)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.redis, pytest.mark.browser]
 TOKEN = "page-token-7"
 # Rewritten only when asked (STREAM_NDCG_SCREENSHOT=1), so that a test run leaves the checkout clean.
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "drilldown.png"
+COMPARISON_SCREENSHOT = SCREENSHOT.with_name("drilldown-comparison.png")
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +33,14 @@ def service(kafka: KafkaBroker, redis_server: RedisServer,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     workdir = tmp_path_factory.mktemp("page")
     topic = create_topic(kafka.bootstrap, partitions=2)
-    # About 10 minutes of event time over 150 queries: both windows hold traffic and judgments.
-    messages = list(Simulator(SimulationSpec(events=4_000, seed=11, queries=150, rate=6.0,
-                                             max_delay_ms=120_000)).messages())
+    # About 10 minutes of event time over 150 queries: both windows hold traffic and judgments. B
+    # ranks worse than the control A, C a little worse: one comparison decided, one not yet.
+    messages = list(Simulator(SimulationSpec(events=4_000, seed=11, queries=150, rate=6.0, max_delay_ms=120_000,
+                                             variants=(("A", 0.5), ("B", 1.0), ("C", 0.6)))).messages())
     produce(kafka.bootstrap, topic, messages)
     env = service_environment(kafka.bootstrap, redis_server.url, STREAM_NDCG_TOPICS=topic,
-                              STREAM_NDCG_WINDOWS="5m,1h", STREAM_NDCG_K="5,10", STREAM_NDCG_API_TOKEN=TOKEN)
+                              STREAM_NDCG_WINDOWS="5m,1h", STREAM_NDCG_K="5,10", STREAM_NDCG_API_TOKEN=TOKEN,
+                              STREAM_NDCG_CONTROL="variant=A")
     started = Service(env, workdir)
     started.start()
     try:
@@ -89,6 +93,12 @@ def test_the_page_shows_what_the_api_answers(service: Service) -> None:
                                            "r.querySelector('td[data-window=\"5m\"] .big').textContent])")
         assert glance == [[row["segment"]["variant"], f"{row['k']['10']['ndcg_mean']:.4f}"]
                           for row in summary["rows"]]
+        # Beside each mean its two standard errors and the query-averaged mean.
+        errors = page.eval_on_selector_all("#summary-table tbody td[data-window='5m'] .errors",
+                                           "spans => spans.map(s => s.textContent)")
+        assert errors == [f"SE {f['ndcg_standard_error']:.4f} \u00b7 by query {f['ndcg_clustered_standard_error']:.4f}"
+                          f" \u00b7 query mean {f['ndcg_query_mean']:.4f}"
+                          for f in (row["k"]["10"] for row in summary["rows"])]
 
         # The worst query's detail: its lists, doc by doc, grade by grade.
         query_id = shown[0]
@@ -145,3 +155,47 @@ def test_screenshot_of_an_investigation(service: Service, tmp_path: Path) -> Non
         page.screenshot(path=str(shot), full_page=True)
     assert tab.errors == []
     assert shot.stat().st_size > 10_000
+
+
+def signed_text(value: float) -> str:
+    """As the page writes a difference: a sign (a minus sign, U+2212) and 4 decimals."""
+    return ("+" if value > 0 else "\u2212") + f"{abs(value):.4f}"
+
+
+def test_the_comparisons_with_the_control_as_the_summary_gives_them(service: Service, tmp_path: Path) -> None:
+    """Each value against the control setting's, k=10 over the hour: the page's numbers and decisions
+    are the summary's; the screenshot of them is the one the manual shows."""
+    status, summary = service.api("/api/v1/summary?window=1h", TOKEN)
+    assert status == 200 and summary["comparisons"]["control"] == {"label": "variant", "value": "A"}
+    against = summary["comparisons"]["k"]["10"]["arms"]
+    assert sorted(against) == ["B", "C"]
+    # The picture's point: one comparison decided, another not yet.
+    decided = {(arm, name): compared["excludes_zero"] for arm, both in against.items()
+               for name, compared in both.items() if compared is not None}
+    assert True in decided.values() and False in decided.values(), against
+
+    with open_page(f"http://127.0.0.1:{service.api_port}/#window=1h&k=10") as tab:
+        signed_in(tab)
+        page = tab.page
+        assert page.input_value("#control-select") == "variant:A"
+        shown = page.eval_on_selector_all("#comparisons-table tbody tr[data-arm]", """rows => rows.map(r => [
+            r.dataset.arm, r.dataset.estimate, r.querySelector('td.decision').textContent,
+            r.querySelector('td.difference') ? r.querySelector('td.difference').textContent : null,
+            r.querySelector('td.standard-error') ? r.querySelector('td.standard-error').textContent : null])""")
+        expected = []
+        for arm in ("B", "C"):
+            for name in ("plain", "stratified"):
+                compared = against[arm][name]
+                if compared is None:
+                    expected.append([arm, name, "not yet decided", None, None])
+                    continue
+                verdict = ("not yet decided" if not compared["excludes_zero"]
+                           else f"{arm} below A" if compared["high"] < 0 else f"{arm} above A")
+                expected.append([arm, name, verdict, signed_text(compared["difference"]),
+                                 f"{compared['standard_error']:.4f}"])
+        assert shown == expected
+        shot = (COMPARISON_SCREENSHOT if os.environ.get("STREAM_NDCG_SCREENSHOT") == "1"
+                else tmp_path / COMPARISON_SCREENSHOT.name)
+        page.locator("#comparisons").screenshot(path=str(shot))
+    assert tab.errors == []
+    assert shot.stat().st_size > 5_000

@@ -18,7 +18,8 @@ from stream_ndcg.comparisons import ALPHA, N_STAR
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.drilldown import index
 from stream_ndcg.drilldown.compare import against
-from stream_ndcg.drilldown.explorer import Explorer, Question
+from stream_ndcg.drilldown.explorer import Explorer
+from stream_ndcg.drilldown.question import Question
 from stream_ndcg.engine import Engine
 from stream_ndcg.errors import BadParameter, NotFound
 from stream_ndcg.exporter import WindowView

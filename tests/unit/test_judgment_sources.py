@@ -14,7 +14,8 @@ import pytest
 
 from stream_ndcg.cli import main
 from stream_ndcg.config import Settings
-from stream_ndcg.drilldown.explorer import Explorer, Question
+from stream_ndcg.drilldown.explorer import Explorer
+from stream_ndcg.drilldown.question import Question
 from stream_ndcg.engine import Engine
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.exporter import WindowView

@@ -19,9 +19,9 @@
   // Columns where a higher value is better: their change is coloured.
   const HIGHER_IS_BETTER = new Set(["ndcg", "dcg", "judged_ratio"]);
 
-  let meta = null;  // windows, cutoffs, segment labels and values: from the first summary
+  let meta = null;  // windows, cutoffs, segment labels and values, the control setting: from the first summary
   let state = {};
-  const sequence = { summary: 0, queries: 0, detail: 0, queue: 0 };
+  const sequence = { summary: 0, comparisons: 0, queries: 0, detail: 0, queue: 0 };
 
   // ---- DOM helpers: properties only, never markup -------------------------------------------
 
@@ -131,6 +131,8 @@
     for (const name of ["order", "offset", "min_impressions", "queue_limit"]) {
       if (s[name] !== undefined && s[name] !== DEFAULTS[name]) params.set(name, s[name]);
     }
+    // The control only when it is not the API's default (the `control` setting).
+    if (s.control && s.control !== (meta && meta.control)) params.set("control", s.control);
     if (s.query) params.set("query", s.query);
     return "#" + params.toString();
   }
@@ -234,6 +236,20 @@
       button.setAttribute("aria-selected", String(button.dataset.view === state.view));
     }
     compare.parentElement.classList.toggle("active", state.view === "compare");
+
+    const controls = clear($("control-select"));
+    const chosen = controlOf(state);
+    if (!chosen) controls.append(option("", "\u2014", true));
+    for (const label of meta.segment_labels) {
+      for (const value of [...(meta.values[label] || [])].sort()) {
+        const control = label + ":" + value;
+        controls.append(option(control, label + " = " + value, control === chosen));
+      }
+    }
+    if (chosen && ![...controls.options].some((o) => o.value === chosen)) {
+      controls.append(option(chosen, chosen.replace(":", " = "), true));
+    }
+    controls.disabled = meta.segment_labels.length === 0;
   }
 
   function bindControls() {
@@ -257,6 +273,7 @@
       navigate(vs ? { view: "compare", vs, sort: "change_ndcg", order: "asc", offset: "0" }
                   : { view: "worst", vs: undefined, sort: "ndcg", order: "asc", offset: "0" });
     });
+    $("control-select").addEventListener("change", (e) => navigate({ control: e.target.value || undefined }));
     $("page-prev").addEventListener("click", () => {
       navigate({ offset: String(Math.max(0, Number(state.offset) - PAGE_SIZE)) });
     });
@@ -333,7 +350,10 @@
           cell.append(el("span", { className: "big", text: num(figures.ndcg_mean, 4) }), meter,
                       el("span", { className: "small",
                                    text: "judged " + num(figures.judged_ratio, 3) + " \u00b7 "
-                                         + num(row.windows[w].impressions, 0) + " imp" }));
+                                         + num(row.windows[w].impressions, 0) + " imp" }),
+                      el("span", { className: "small errors", text: errorsText(figures),
+                                   title: "standard error of the mean; by query: the query-clustered one, for "
+                                          + "comparing with an earlier window; query mean: each query once" }));
         } else {
           cell.append(el("span", { className: "small", text: "\u2014" }));
         }
@@ -350,6 +370,201 @@
                                            className: "empty", text: "no impressions in any window yet" })]));
     }
     $("summary-hint").textContent = "mean nDCG@" + k + " per window and segment; click a cell to open it";
+  }
+
+  // A mean's standard errors (impression-level, and query-clustered: for comparing a window with
+  // an earlier one) and the query-averaged mean, each said in words where the API has none.
+  function errorsText(figures) {
+    const plain = figures.ndcg_standard_error;
+    const clustered = figures.ndcg_clustered_standard_error;
+    const queryMean = figures.ndcg_query_mean;
+    const few = (count) => !finite(count) || count < 2;
+    return (finite(plain) ? "SE " + num(plain, 4)
+      : few(figures.scored_impressions) ? "no SE (under 2 impressions)" : "no SE yet (sums of squares incomplete)")
+      + " \u00b7 " + (finite(clustered) ? "by query " + num(clustered, 4)
+      : few(figures.queries) ? "no SE by query (under 2 queries)" : "no SE by query")
+      + (finite(queryMean) ? " \u00b7 query mean " + num(queryMean, 4) : "");
+  }
+
+  // ---- against the control: each difference with its always-valid interval -------------------
+
+  const SVG = "http://www.w3.org/2000/svg";
+  // The chart's drawing box in viewBox units, which app.css draws 1:1 in pixels: the interval bar, its point and 0.
+  const CHART = { width: 240, height: 24, pad: 10 };
+  const ESTIMATES = [["plain", "plain"], ["stratified", "stratified by query"]];
+
+  function svg(tag, attributes, children) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [name, value] of Object.entries(attributes || {})) node.setAttribute(name, String(value));
+    for (const child of children || []) node.append(child);
+    return node;
+  }
+
+  // The effective control, "label:value": the page's choice, else the API's default (the setting).
+  function controlOf(s) {
+    return s.control || (meta && meta.control) || "";
+  }
+
+  function finite(value) {
+    return typeof value === "number" && Number.isFinite(value);
+  }
+
+  // One scale for every bar of the table, from the lowest bound to the highest with 0 always in
+  // it, so bars compare by length and by where they lie from 0.
+  function chartScale(comparisons) {
+    let low = 0;
+    let high = 0;
+    for (const c of comparisons) {
+      for (const value of [c.low, c.high, c.difference]) {
+        if (finite(value)) { low = Math.min(low, value); high = Math.max(high, value); }
+      }
+    }
+    const margin = high > low ? (high - low) * 0.06 : 0.01;
+    low -= margin;
+    high += margin;
+    const inner = CHART.width - 2 * CHART.pad;
+    return { low, high, x: (value) => CHART.pad + (value - low) / (high - low) * inner };
+  }
+
+  // Where the interval is: decided once it excludes 0, and then on which side of the control.
+  function decision(comparison, arm, control) {
+    if (!comparison || !comparison.excludes_zero) {
+      return { key: "undecided", text: "not yet decided" };
+    }
+    return comparison.high < 0 ? { key: "below", text: arm + " below " + control }
+      : { key: "above", text: arm + " above " + control };
+  }
+
+  function intervalChart(comparison, scale, verdict, description) {
+    const x0 = scale.x(0);
+    const mid = CHART.height / 2;
+    const parts = [svg("title", {}, [document.createTextNode(description)]),
+                   svg("line", { class: "zero", x1: x0, x2: x0, y1: 1, y2: CHART.height - 1 })];
+    if (finite(comparison.low) && finite(comparison.high)) {
+      const low = scale.x(comparison.low);
+      parts.push(svg("rect", { class: "interval", x: low, y: mid - 4, width: scale.x(comparison.high) - low,
+                               height: 8, rx: 2 }));
+    }
+    parts.push(svg("circle", { class: "point", cx: scale.x(comparison.difference), cy: mid, r: 3.5 }));
+    return svg("svg", { class: "interval-chart " + verdict.key, role: "img", "aria-label": description,
+                        viewBox: "0 0 " + CHART.width + " " + CHART.height }, parts);
+  }
+
+  // The scale's ends and 0, an end left out where its label would run into 0's.
+  function axisChart(scale) {
+    const x0 = scale.x(0);
+    const ticks = [[x0, "0", "middle"]];
+    if (x0 > 40) ticks.push([0, signed(scale.low, 3), "start"]);
+    if (x0 < CHART.width - 40) ticks.push([CHART.width, signed(scale.high, 3), "end"]);
+    return svg("svg", { class: "interval-axis", viewBox: "0 0 " + CHART.width + " 14", "aria-hidden": "true" },
+               ticks.map(([x, label, anchor]) => svg("text", { x, y: 11, "text-anchor": anchor },
+                                                     [document.createTextNode(label)])));
+  }
+
+  // Why the API gave no estimate: an arm under 2 scored impressions has no variance; otherwise
+  // the stratified one lacks a query both arms saw (or a query seen twice), and the plain one
+  // sums of squares that hold every impression (after an upgrade, until they do).
+  function missingReason(method, scored) {
+    if (scored.some((n) => !finite(n) || n < 2)) return "too few impressions (under 2 in an arm)";
+    return method === "stratified" ? "no queries in common yet" : "no standard error yet (sums of squares incomplete)";
+  }
+
+  async function loadComparisons() {
+    const mine = ++sequence.comparisons;
+    const control = controlOf(state);
+    const params = new URLSearchParams({ window: state.window });
+    if (control) params.set("control", control);
+    let answer;
+    try {
+      answer = await (await api("summary", params)).json();
+    } catch (error) {
+      if (mine !== sequence.comparisons) return;
+      showError($("comparisons-error"), error.message);
+      clear(document.querySelector("#comparisons-table thead"));
+      clear(document.querySelector("#comparisons-table tbody"));
+      return;
+    }
+    if (mine !== sequence.comparisons) return;
+    showError($("comparisons-error"), "");
+    renderComparisons(answer);
+  }
+
+  function renderComparisons(answer) {
+    const k = String(state.k);
+    const head = clear(document.querySelector("#comparisons-table thead"));
+    const body = clear(document.querySelector("#comparisons-table tbody"));
+    const section = $("comparisons");
+    const found = answer.comparisons;
+    $("comparisons-hint").textContent = "nDCG@" + k + " over the last " + answer.window;
+    if (!found) {
+      delete section.dataset.control;
+      $("comparisons-caption").textContent = "no control: choose one, a value of a segment label, to compare the "
+        + "label's other values with it (or set control)";
+      return;
+    }
+    const label = found.control.label;
+    const control = found.control.value;
+    section.dataset.control = label + ":" + control;
+    const atK = found.k[k] || { arms: {}, alpha: null, alpha_each: null, n_star: null };
+    const arms = Object.keys(atK.arms).sort();
+    const scored = {};  // value -> scored impressions at k, summed over the other labels
+    for (const row of answer.rows) {
+      const value = row.segment[label];
+      const figures = row.k[k];
+      scored[value] = (scored[value] || 0) + (figures ? figures.scored_impressions : 0);
+    }
+    $("comparisons-caption").textContent = "each value of " + label + " less " + label + " = " + control
+      + " (the control), with its standard error and always-valid interval (alpha " + atK.alpha
+      + (arms.length > 1 ? ", " + num(atK.alpha_each, 4) + " each (Bonferroni)" : "") + ", N* "
+      + num(atK.n_star, 0) + "); decided when the interval excludes 0. Over a sliding window: the "
+      + "evidence of the last " + answer.window + ", not a decision anchored at an experiment's start.";
+    const comparisons = arms.flatMap((arm) => ESTIMATES.map(([method]) => atK.arms[arm][method]))
+      .filter((c) => c);
+    const scale = chartScale(comparisons);
+    head.append(el("tr", {}, [
+      el("th", { text: label }), el("th", { text: "estimate" }),
+      el("th", { className: "num", text: "difference" }), el("th", { className: "num", text: "standard error" }),
+      el("th", { className: "num", text: "always-valid interval" }),
+      el("th", { className: "chart" }, [axisChart(scale)]), el("th", { text: "decision" }),
+    ]));
+    if (!(control in scored)) {
+      body.append(el("tr", {}, [el("td", { colSpan: 7, className: "empty",
+                                           text: label + " = " + control + " has no impressions in the last "
+                                                 + answer.window + ": nothing to compare with" })]));
+      return;
+    }
+    if (arms.length === 0) {
+      body.append(el("tr", {}, [el("td", { colSpan: 7, className: "empty",
+                                           text: "no other value of " + label + " in the last " + answer.window })]));
+      return;
+    }
+    for (const arm of arms) {
+      ESTIMATES.forEach(([method, title], index) => {
+        const comparison = atK.arms[arm][method];
+        const verdict = decision(comparison, arm, control);
+        const tr = el("tr", { className: state.segment[label] === arm ? "selected" : "",
+                              dataset: { arm, estimate: method, decision: verdict.key } });
+        if (index === 0) tr.append(el("th", { rowSpan: ESTIMATES.length, text: arm }));
+        tr.append(el("td", { text: title }));
+        if (!comparison) {
+          tr.append(el("td", { colSpan: 4, className: "missing", text: "no estimate: "
+                                                                        + missingReason(method, [scored[arm], scored[control]]) }));
+        } else {
+          const interval = finite(comparison.low) && finite(comparison.high)
+            ? "[" + signed(comparison.low, 4) + ", " + signed(comparison.high, 4) + "]" : "no interval";
+          const description = arm + " \\u2212 " + control + " " + signed(comparison.difference, 4) + ", interval "
+            + interval + ": " + verdict.text;
+          tr.append(el("td", { className: "num difference", text: signed(comparison.difference, 4) }),
+                    el("td", { className: "num standard-error",
+                               text: finite(comparison.standard_error) ? num(comparison.standard_error, 4)
+                                 : "no standard error" }),
+                    el("td", { className: "num interval", text: interval }),
+                    el("td", { className: "chart" }, [intervalChart(comparison, scale, verdict, description)]));
+        }
+        tr.append(el("td", { className: "decision " + verdict.key, text: verdict.text }));
+        body.append(tr);
+      });
+    }
   }
 
   // ---- worst queries, movers, comparison ------------------------------------------------------
@@ -743,7 +958,7 @@
   async function loadAll() {
     renderControls();
     $("status").textContent = "loading\u2026";
-    await Promise.all([loadSummary(), loadQueries(), loadDetail(), loadQueue()]);
+    await Promise.all([loadSummary(), loadComparisons(), loadQueries(), loadDetail(), loadQueue()]);
     $("status").textContent = "updated " + new Date().toLocaleTimeString();
     document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
   }
@@ -770,8 +985,10 @@
         if (row.segment[label] !== undefined && row.segment[label] !== null) values[label].add(row.segment[label]);
       }
     }
+    const control = summary.comparisons && summary.comparisons.control;
     meta = { window: summary.window, windows: summary.windows, cutoffs: summary.cutoffs,
-             segment_labels: summary.segment_labels, values: {} };
+             segment_labels: summary.segment_labels, values: {},
+             control: control ? control.label + ":" + control.value : null };
     for (const label of summary.segment_labels) meta.values[label] = [...values[label]];
     state = readState();
     await loadAll();
