@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import unquote
 
 from stream_ndcg.comparisons import (
     Cell,
@@ -32,6 +33,9 @@ from stream_ndcg.errors import NotFound
 from stream_ndcg.experiments import Experiment
 from stream_ndcg.state.base import StateStore
 from stream_ndcg.vocabulary import IMPRESSIONS, MOMENTS, ndcg_at, ndcg_squares_at, scored_at
+
+# The API's route of the experiments (`drilldown.api`).
+EXPERIMENTS = "/api/v1/experiments"
 
 
 def arm_cells(cells: Mapping[tuple[str, str, str], float], k: int) -> tuple[dict[str, dict[str, Cell]], set[str]]:
@@ -100,6 +104,17 @@ def _totals(queries: Mapping[str, Cell]) -> tuple[float, float, float]:
             math.fsum(ss for _, _, ss in queries.values()))
 
 
+def experiments_answer(reports: ExperimentReports | None, path: str) -> dict[str, Any]:
+    """/api/v1/experiments (every one) or /api/v1/experiments/<name> (an experiment's name holds
+    no '/')."""
+    name = unquote(path.removeprefix(EXPERIMENTS).strip("/"))
+    if not name:
+        return reports.listing() if reports is not None else {"experiments": []}
+    if reports is None:
+        raise NotFound("experiment", f"{name!r} is not registered (the experiments setting)")
+    return reports.one(name)
+
+
 class ExperimentReports:
     """The experiments' reports from a store's cells: what /api/v1/experiments answers."""
 
@@ -118,6 +133,8 @@ class ExperimentReports:
         experiment = self.experiments.get(name)
         if experiment is None:
             raise NotFound("experiment", f"{name!r} is not registered (the experiments setting)")
+        # A rebuild moves the state to a new generation of keys: read the newest.
+        self.store.follow()
         read = self.store.experiment(name)
         # From this time on every partition counts the experiment's every impression.
         counting_from = max(read.first_buckets.values(), default=None)

@@ -353,8 +353,8 @@ class StoreContract:
         assert {arm for arm, _, _ in read.cells} == {"A", "B"}
         # A sum the engine never moved from 0 is not held at all.
         assert {key for key, value in expected.items() if value} <= read.cells.keys() <= expected.keys()
-        for key, value in expected.items():
-            assert read.cells.get(key, 0.0) == pytest.approx(value, abs=1e-9), key
+        for cell, value in expected.items():
+            assert read.cells.get(cell, 0.0) == pytest.approx(value, abs=1e-9), cell
         assert store.experiment("not-registered").cells == {}
 
     def test_an_experiment_registered_on_held_state_counts_from_the_bucket_after_the_clock(
