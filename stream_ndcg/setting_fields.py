@@ -178,9 +178,9 @@ class Declared:
         "narrowest there", values.integer(1), metavar="N")
     experiments: tuple[Experiment, ...] = setting(
         (), "experiments, each compared since its start: in a TOML file an array of tables [[experiments]] with "
-        "name, start, label, arms, control and optionally alpha, n_star and end (docs/experiments.md); as a flag "
-        "or variable `name=N,start=T,label=L,arms=A|B,control=A[,alpha=P][,n_star=N][,end=T]`, ';' between "
-        "experiments", values.experiments, metavar="EXPERIMENT;...", shown_default="(none)")
+        "name, start, label, arms, control and optionally alpha, n_star and end; as a flag or variable the same "
+        "keys as key=value, ',' between keys, ';' between experiments (docs/experiments.md)", values.experiments,
+        metavar="EXPERIMENT;...", shown_default="(none)")
     experiment_retention: int = setting(
         90 * _DAY_MS, "how long an experiment's sums are kept in Redis after the last commit while it was "
         "registered (remove it from experiments to let them go)", values.duration(1000), metavar=DURATION)
