@@ -89,13 +89,15 @@ def test_state_of_release_0_1_0_is_continued_exactly(
 
 def old_then_new(commit: str, kafka: KafkaBroker, service_env: dict[str, str], services: list[Service],
                  tmp_path: Path, before: list[tuple[bytes, bytes]], after: list[tuple[bytes, bytes]],
+                 settings: dict[str, str] | None = None,
                  new_settings: dict[str, str] | None = None) -> tuple[Service, Samples]:
     """The package of `commit` takes in `before` and stops; the working tree (with `new_settings`
-    added to its environment) goes on with `after` on the same Redis and topic: the new service,
-    running, and its samples once it has taken in every message."""
+    added to its environment) goes on with `after` on the same Redis and topic, both with
+    `settings`: the new service, running, and its samples once it has taken in every message."""
     old_code = package_of(commit, tmp_path / f"old-{commit[:8]}")
     topic = create_topic(kafka.bootstrap, partitions=2)
-    env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_BATCH_SIZE="200")
+    env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_BATCH_SIZE="200",
+               **(settings or {}))
     # -P: the repository (the working directory) must not come before PYTHONPATH on sys.path.
     old = Service({**env, "PYTHONPATH": str(old_code)}, tmp_path / "old", python=(sys.executable, "-P"))
     new = Service({**env, **(new_settings or {})}, tmp_path / "new")
@@ -184,16 +186,17 @@ def test_state_of_format_5_takes_an_experiment_whose_figures_equal_the_replays(
     messages = simulated(8_000, seed=53)
     before, after = messages[:4_000], messages[4_000:]
     # The experiment starts after every event the old release took in: each partition's clock is
-    # behind its start, so each counts from its first bucket, as the replay does.
+    # behind its start, so each counts from its first bucket, as the replay does. Buckets of a
+    # second: the stream is forty seconds of event time, and an experiment counts whole buckets.
     start = 1 + max(int(found.group(1)) for _, value in before if (found := re.search(rb'"ts": (\d+)', value)))
     flag = f"name=upgrade,start={start},label=variant,arms=A|B,control=A,n_star=2000"
     new, samples = old_then_new(FORMAT_5, kafka, service_env, services, tmp_path, before, after,
-                                {"STREAM_NDCG_EXPERIMENTS": flag})
+                                {"STREAM_NDCG_BUCKET": "1s"}, {"STREAM_NDCG_EXPERIMENTS": flag})
     assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == compared_gauges()
     status, served = new.api("/api/v1/experiments/upgrade")
     assert status == 200
-    settings = Settings.load(flags={"experiments": flag})
-    replay = Replay(Measure(cutoffs=CUTOFFS), dedup_horizon_ms=settings.dedup_horizon)
+    settings = Settings.load(flags={"experiments": flag, "bucket": "1s"})
+    replay = Replay(Measure(cutoffs=CUTOFFS), dedup_horizon_ms=settings.dedup_horizon, bucket_ms=settings.bucket)
     for _, value in messages:
         replay.add(value)
     expected = replay.summary(experiments=settings.experiments)["experiments"]["upgrade"]
