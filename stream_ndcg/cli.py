@@ -17,7 +17,7 @@ from stream_ndcg.events import Limits
 from stream_ndcg.judgments_export import add_parser as add_judgments_parser
 from stream_ndcg.offline.clicks import JudgmentWriter, add_click_flags, click_judge_of
 from stream_ndcg.offline.files import replay_files
-from stream_ndcg.offline.history import add_history_flags, history_of, settings_of, write_history
+from stream_ndcg.offline.history import add_history_flags, history_of, replay_labels, settings_of, write_history
 from stream_ndcg.offline.replay import Replay
 from stream_ndcg.setting_flags import add_setting_flags
 from stream_ndcg.setting_values import format_duration, parse_cutoffs
@@ -39,12 +39,12 @@ def _replay(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     history = history_of(args)
     judge = click_judge_of(args, args.dedup_horizon)
     # The service's settings the replay reads: the metric, the longest list, its dedup horizon
-    # counted in its buckets, and the windows of --per-query.
-    # The control's label is the one label a replay compares (it reads every label of the events).
+    # counted in its buckets, and the windows of --per-query; the labels it compares by (`replay_labels`).
     settings = settings_of(k=args.k, gain=args.gain, ideal=args.ideal, max_results=args.max_results,
                            bucket=args.bucket, windows=args.windows, dedup_horizon=args.dedup_horizon,
                            judgment_sources=args.judgment_sources, control=args.control, alpha=args.alpha,
-                           n_star=args.n_star, segment_labels=args.control.partition("=")[0] if args.control else None)
+                           n_star=args.n_star, experiments=args.experiments,
+                           segment_labels=replay_labels(args.control, args.experiments))
     writer = (JudgmentWriter(stack.enter_context(open(args.judgments_out, "w", encoding="utf-8")))
               if args.judgments_out else None)
     replay = Replay(settings.measure, Limits(max_results=settings.max_results), tap=history.add if history else None,
@@ -77,8 +77,8 @@ def _replay(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     if history is not None:
         write_history(history, args.openmetrics)
     label, _, value = settings.control.partition("=")
-    json.dump(replay.summary((label, value) if value else None, settings.alpha, settings.n_star), sys.stdout)
-    sys.stdout.write("\n")
+    summary = replay.summary((label, value) if value else None, settings.alpha, settings.n_star, settings.experiments)
+    sys.stdout.write(json.dumps(summary) + "\n")
     return status
 
 
@@ -297,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="event files, one JSON object a line; - for stdin")
     # The service's settings of the same names: the replay computes what the service would.
     add_setting_flags(replay, ("k", "gain", "ideal", "judgment_sources", "max_results", "dedup_horizon", "control",
-                               "alpha", "n_star"), variables=False)
+                               "alpha", "n_star", "experiments"), variables=False)
     replay.add_argument("--per-impression", metavar="OUT.jsonl", help="write one line of scores per impression")
     replay.add_argument("--per-query", metavar="OUT.jsonl",
                         help="write the drill-down's figures per window (--windows, --bucket; ending at the newest "

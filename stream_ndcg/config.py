@@ -82,6 +82,13 @@ class Settings(Declared):
         if self.control and self.control.partition("=")[0] not in self.segment_labels:
             raise SettingError("control", f"{self.control!r}: its label is not one of segment_labels "
                                f"({','.join(self.segment_labels) or 'none'})")
+        for experiment in self.experiments:
+            if experiment.label not in self.segment_labels:
+                raise SettingError("experiments", f"experiment {experiment.name}: its label {experiment.label!r} is "
+                                   f"not one of segment_labels ({','.join(self.segment_labels) or 'none'})")
+        # Frozen: each experiment takes the settings' alpha and n_star where it names none.
+        object.__setattr__(self, "experiments", tuple(experiment.with_defaults(self.alpha, self.n_star)
+                                                      for experiment in self.experiments))
         if self.dead_letter_topic and self.dead_letter_topic in self.topics:
             raise SettingError("dead_letter_topic", f"{self.dead_letter_topic!r} is an input topic: "
                                "dead letters need a topic of their own")
@@ -100,7 +107,10 @@ class Settings(Declared):
         """What the stored numbers mean: state built with other values cannot be continued."""
         return {"k": list(self.k), "gain": self.gain, "ideal": self.ideal, "bucket": self.bucket,
                 "windows": list(self.windows), "segment_labels": list(self.segment_labels),
-                "judgment_sources": list(self.judgment_sources)}
+                "judgment_sources": list(self.judgment_sources),
+                # Only with some: the record of state without experiments stays as it was.
+                **({"experiments": [experiment.recorded() for experiment in self.experiments]}
+                   if self.experiments else {})}
 
     @property
     def horizon(self) -> int:
@@ -181,6 +191,8 @@ class Settings(Declared):
             elif spec.metavar.startswith(DURATION):
                 value = ([values.format_duration(v) for v in value] if isinstance(value, tuple)
                          else values.format_duration(value))
+            elif name == "experiments":
+                value = tuple(experiment.recorded() for experiment in value)
             shown[name] = list(value) if isinstance(value, tuple) else value
         return shown
 

@@ -92,6 +92,9 @@ class BatchOutcome:
     lists: dict[tuple[str, int, str, tuple[str, ...]], int] = field(default_factory=dict)
     # (query, bucket, segment) -> the drill-down row of each group written back (`rows.group_row`).
     rows: dict[tuple[str, int, str], Row] = field(default_factory=dict)
+    # query -> (bucket, segment, field) -> what the batch credited, with `Engine(query_credits=True)`:
+    # the aggregates' changes by query, which experiments keep per query (`experiments.cell_changes`).
+    query_credits: dict[str, dict[AggregateKey, float]] = field(default_factory=dict)
     clock_ms: int | None = None
 
 
@@ -119,6 +122,7 @@ class Engine:
         dedup_horizon_ms: int | None = None,
         segment_key: SegmentKeyFn = full_segment_key,
         drilldown: bool = True,
+        query_credits: bool = False,
     ) -> None:
         if bucket_ms < 1:
             raise ValueError("bucket_ms must be positive")
@@ -132,6 +136,8 @@ class Engine:
         self.segment_key = segment_key
         # Whether to write each re-credited group's drill-down row (`BatchOutcome.rows`).
         self.drilldown = drilldown
+        # Whether to report the credits by query too (`BatchOutcome.query_credits`).
+        self.query_credits = query_credits
 
     def bucket_of(self, ts: int) -> int:
         return ts // self.bucket_ms
@@ -181,7 +187,8 @@ class Engine:
         # take hundreds of impressions in one batch.
         for query_id, change in outcome.changes.items():
             state = outcome.touched[query_id]
-            self._recredit(state, change, outcome.aggregates)
+            credits = outcome.query_credits.setdefault(query_id, {}) if self.query_credits else None
+            self._recredit(state, change, outcome.aggregates, credits)
             if change.dirty and self.drilldown:
                 grades = state.grades(self.measure.sources)
                 for bucket, segment in change.dirty & state.groups.keys():
@@ -269,7 +276,8 @@ class Engine:
                 del state.groups[key]
                 change.removed.add(key)
 
-    def _recredit(self, state: QueryState, todo: QueryChange, aggregates: dict[AggregateKey, float]) -> None:
+    def _recredit(self, state: QueryState, todo: QueryChange, aggregates: dict[AggregateKey, float],
+                  credits: dict[AggregateKey, float] | None = None) -> None:
         """Re-credit the groups that new impressions or grade changes can move."""
         if not todo.groups and not todo.docs:
             return
@@ -292,7 +300,7 @@ class Engine:
                 totals = pooled_ndcg(dict(group.credited), group.impressions, ideals)
             else:
                 continue
-            if self._credit(key, group, totals, aggregates):
+            if self._credit(key, group, totals, aggregates, credits):
                 todo.dirty.add(key)
 
     def _totals(self, group: Group, grades: Mapping[str, float], gains: Mapping[str, float],
@@ -322,8 +330,10 @@ class Engine:
         group: Group,
         totals: dict[str, float],
         aggregates: dict[AggregateKey, float],
+        credits: dict[AggregateKey, float] | None = None,
     ) -> bool:
-        """Add the difference to the aggregates; whether there was any."""
+        """Add the difference to the aggregates (and to `credits`, the query's, if given); whether
+        there was any."""
         bucket, segment = key
         changed = False
         credited = group.credited
@@ -334,6 +344,8 @@ class Engine:
             change = value - credited.get(name, 0.0)
             if change:
                 aggregates[(bucket, segment, name)] = aggregates.get((bucket, segment, name), 0.0) + change
+                if credits is not None:
+                    credits[(bucket, segment, name)] = credits.get((bucket, segment, name), 0.0) + change
                 changed = True
         group.credited = totals
         return changed

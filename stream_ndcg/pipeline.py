@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from stream_ndcg.dead_letters import DeadLetters
 from stream_ndcg.engine import Engine
 from stream_ndcg.events import DEFAULT_LIMITS, Click, Event, Impression, InvalidEvent, Judgment, Limits, parse_event
+from stream_ndcg.experiments import Experiment, cell_changes
 from stream_ndcg.segments import SegmentProjector
 from stream_ndcg.source.base import Record
 from stream_ndcg.state.base import Commit, CommitInFlight, DeferredCommit, StateStore
@@ -79,13 +80,17 @@ class BatchPipeline:
 
     def __init__(self, store: StateStore, engine: Engine, checks: RecordChecks = RecordChecks(), *,
                  event_clock: bool = False, projector: SegmentProjector | None = None,
-                 dead_letters: DeadLetters | None = None) -> None:
+                 dead_letters: DeadLetters | None = None, experiments: Sequence[Experiment] = ()) -> None:
         self.store = store
         self.engine = engine
         self.checks = checks
         self.event_clock = event_clock
         self.projector = projector
         self.dead_letters = dead_letters
+        # Their cells take each batch's credits by query, which the engine reports when asked.
+        self.experiments = tuple(experiments)
+        if self.experiments and not engine.query_credits:
+            raise ValueError("experiments need an engine that reports its credits by query (query_credits=True)")
 
     def run(self, batches: Collection[PartitionBatch], now_ms: int) -> BatchResult:
         """Process and commit a batch; FencedError (nothing written) if a partition is no longer ours."""
@@ -143,7 +148,8 @@ class BatchPipeline:
         clock = snapshot.clock_ms if self.event_clock else now_ms
         outcome = self.engine.apply(events, snapshot.states, snapshot.known_impressions, clock,
                                     event_clock=self.event_clock)
-        return Commit(partition, epoch, outcome, next_offset, expected_offset)
+        cells = cell_changes(outcome.query_credits, self.experiments, self.engine.bucket_ms) if self.experiments else {}
+        return Commit(partition, epoch, outcome, next_offset, expected_offset, cells)
 
     def move_offsets(self, moves: Mapping[str, tuple[str, int, int | None]], now_ms: int) -> None:
         """Commit offsets without records: partition -> (epoch, next offset, expected offset)."""

@@ -147,12 +147,43 @@ def classify(stored: Mapping[str, Any] | None, wanted: Mapping[str, Any]) -> Rec
         changes.append(f"history: up to {format_duration(horizon)} kept from now on; the state holds "
                        f"{format_duration(history)} so far, the longest window it can serve without a rebuild")
 
+    experiment_changes, experiment_reasons = _experiments(stored, wanted)
+    changes += experiment_changes
+    reasons += experiment_reasons
+
     if reasons:
         return Reconfiguration("rebuild", tuple(changes), tuple(reasons))
     if not changes:
         return Reconfiguration("same")
     record = {**wanted, HISTORY: min(history, horizon)} if HORIZON in wanted else dict(wanted)
     return Reconfiguration("compatible", tuple(changes), record=record)
+
+
+# What of an experiment its cells depend on: changed under the same name, they would hold impressions
+# of two definitions. The rest (control, alpha, n_star, end) is read or applied from now on.
+_EXPERIMENT_CELLS = ("start", "label", "arms")
+
+
+def _experiments(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """The changes of the experiments in place, and the reasons a change of one needs a rebuild."""
+    held = {e["name"]: e for e in stored.get("experiments") or ()}
+    given = {e["name"]: e for e in wanted.get("experiments") or ()}
+    changes = [f"experiments: {name} registered (counted from its start, or, where a partition already has "
+               "state, from the bucket after its clock)" for name in sorted(given.keys() - held.keys())]
+    changes += [f"experiments: {name} no longer registered (its sums are no longer written or read, and expire "
+                "after experiment_retention)" for name in sorted(held.keys() - given.keys())]
+    reasons: list[str] = []
+    for name in sorted(held.keys() & given.keys()):
+        before, after = held[name], given[name]
+        moved = [key for key in _EXPERIMENT_CELLS if before.get(key) != after.get(key)]
+        if moved:
+            reasons.append(f"experiments: {name}'s {', '.join(moved)} changed, and its sums hold the impressions "
+                           "of the one registered: register the new one under another name")
+        elif before != after:
+            edited = sorted(key for key in after.keys() | before.keys() if before.get(key) != after.get(key))
+            changes.append(f"experiments: {name}'s {', '.join(edited)} changed" + (
+                " (an end counts no bucket from it on; what was counted stays)" if "end" in edited else ""))
+    return changes, reasons
 
 
 def decide(stored: Mapping[str, Any] | None, wanted: Mapping[str, Any], *, rebuild: bool) -> tuple[

@@ -16,6 +16,7 @@ from stream_ndcg.consumer import StreamProcessor
 from stream_ndcg.dead_letters import DeadLetters
 from stream_ndcg.drilldown.api import Api
 from stream_ndcg.drilldown.clicks import ClickEvidence
+from stream_ndcg.drilldown.experiments import ExperimentReports
 from stream_ndcg.drilldown.explorer import Explorer
 from stream_ndcg.exporter import Exporter, WindowTotals, WindowView
 from stream_ndcg.source.kafka import KafkaSource, consumer_options
@@ -73,6 +74,11 @@ def explorer(settings: Settings, window_totals: WindowTotals | None = None) -> E
                     n_star=settings.n_star)
 
 
+def experiment_reports(settings: Settings) -> ExperimentReports:
+    """The experiments' reports, on a store of their own (reads only)."""
+    return ExperimentReports(wiring.redis_store(settings), settings.experiments, settings.k, settings.bucket)
+
+
 def run(settings: Settings) -> int:
     """`stream-ndcg run`: serve metrics (and the drill-down API) and consume until SIGTERM or Ctrl-C; exit 0."""
     processor, exporter = build(settings)
@@ -84,7 +90,7 @@ def run(settings: Settings) -> int:
         reader = explorer(settings, exporter.window_totals)
         exporter.export_query_figures(reader.query_figures)
     if settings.api_port and settings.drilldown:
-        api = Api(reader, token=settings.api_token)
+        api = Api(reader, token=settings.api_token, experiments=experiment_reports(settings))
         api_port = api.serve(settings.api_host, settings.api_port)
         logger.info("drill-down API and page on http://%s:%d/", settings.api_host, api_port)
     elif not settings.drilldown:

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from stream_ndcg import setting_values as values
 from stream_ndcg.click_models import MODELS
 from stream_ndcg.errors import ConfigError
+from stream_ndcg.experiments import Experiment
 from stream_ndcg.metric import DEFAULT_CUTOFFS, DEFAULT_GAIN, DEFAULT_IDEAL, GAINS, IDEALS
 from stream_ndcg.vocabulary import DEFAULT_JUDGMENT_SOURCES
 
@@ -175,6 +176,14 @@ class Declared:
     n_star: int = setting(
         10_000, "impressions at which a team expects to decide a comparison: its always-valid interval is "
         "narrowest there", values.integer(1), metavar="N")
+    experiments: tuple[Experiment, ...] = setting(
+        (), "experiments, each compared since its start: in a TOML file an array of tables [[experiments]] with "
+        "name, start, label, arms, control and optionally alpha, n_star and end; as a flag or variable the same "
+        "keys as key=value, ',' between keys, ';' between experiments (docs/experiments.md)", values.experiments,
+        metavar="EXPERIMENT;...", shown_default="(none)")
+    experiment_retention: int = setting(
+        90 * _DAY_MS, "how long an experiment's sums are kept in Redis after the last commit while it was "
+        "registered (remove it from experiments to let them go)", values.duration(1000), metavar=DURATION)
     batch_size: int = setting(500, "records per batch", values.integer(1), metavar="N")
     linger: int = setting(100, "longest wait for a batch", values.duration(0), metavar=DURATION)
     max_results: int = setting(1000, "longest accepted list; longer impressions are rejected", values.integer(1),

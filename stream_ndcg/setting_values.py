@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from stream_ndcg.errors import ConfigError
+from stream_ndcg.experiments import Experiment, parse_experiments
 from stream_ndcg.metric import Measure
 from stream_ndcg.vocabulary import SOURCE_NAME, SOURCE_RULE
 
@@ -183,6 +184,14 @@ def segment_value(value: Any) -> str:
     if text and (not equals or not label.strip() or not wanted.strip()):
         raise Bad(f"{value!r} is not label=value (e.g. variant=A)")
     return f"{label.strip()}={wanted.strip()}" if text else ""
+
+
+def experiments(value: Any) -> tuple[Experiment, ...]:
+    """Experiments as `experiments.parse_experiments` reads them."""
+    try:
+        return parse_experiments(value)
+    except ValueError as exc:
+        raise Bad(str(exc)) from None
 
 
 def topic(value: Any) -> str:

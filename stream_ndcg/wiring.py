@@ -35,7 +35,8 @@ def engine(settings: Settings, *, drilldown: bool | None = None) -> Engine:
     keeps the window gauges only)."""
     return Engine(settings.measure, settings.bucket, horizon_ms=settings.horizon,
                   judgment_max_age_ms=settings.judgment_ttl, dedup_horizon_ms=settings.dedup_horizon,
-                  drilldown=settings.drilldown if drilldown is None else drilldown)
+                  drilldown=settings.drilldown if drilldown is None else drilldown,
+                  query_credits=bool(settings.experiments))
 
 
 def record_checks(settings: Settings, *, require_key: bool | None = None) -> RecordChecks:
@@ -53,7 +54,7 @@ def batch_pipeline(settings: Settings, store: StateStore, engine: Engine, *, req
         store, engine, record_checks(settings, require_key=require_key),
         event_clock=settings.clock == "event" if event_clock is None else event_clock,
         projector=SegmentProjector(store, settings.segment_labels, settings.segment_cap),
-        dead_letters=dead_letters)
+        dead_letters=dead_letters, experiments=settings.experiments)
 
 
 def click_judge(settings: Settings) -> ClickJudge:
@@ -93,6 +94,7 @@ def redis_store(settings: Settings,
         dedup_horizon_ms=settings.dedup_horizon,
         wall_clock=settings.clock == "wall",
         cache_groups=settings.state_cache_groups,
+        experiment_ttl_ms=settings.experiment_retention,
         wait_replicas=settings.redis_wait_replicas,
         wait_timeout_ms=settings.redis_wait_timeout,
         observe_round_trip=observe_round_trip,

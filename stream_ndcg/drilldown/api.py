@@ -9,6 +9,8 @@ Routes (all GET; parameters in `question.Question`):
     /api/v1/queries               per query, sortable, with a comparison (vs=previous|<label>:<value>)
     /api/v1/queries/<query_id>    one query's lists, grades, ideal and judgment history
     /api/v1/judging-queue         the unjudged pairs of most exposure (format=json|jsonl|csv)
+    /api/v1/experiments           every registered experiment, compared since its start
+    /api/v1/experiments/<name>    one of them (`drilldown.experiments`)
     /  /app.js  /app.css          the page: static files, no data in them
 
 Search queries and document ids can be personal data, so: with a token set,
@@ -34,6 +36,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import orjson
 
+from stream_ndcg.drilldown.experiments import EXPERIMENTS, ExperimentReports, experiments_answer
 from stream_ndcg.drilldown.explorer import Explorer
 from stream_ndcg.drilldown.question import Question
 from stream_ndcg.errors import RequestError, StoreUnavailable
@@ -60,8 +63,9 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 class Api:
     """Serves the explorer's answers over HTTP in a daemon thread."""
 
-    def __init__(self, explorer: Explorer, token: str = "") -> None:
+    def __init__(self, explorer: Explorer, token: str = "", experiments: ExperimentReports | None = None) -> None:
         self.explorer = explorer
+        self.experiments = experiments
         self._token = token.encode()
         self._listener: Listener | None = None
 
@@ -82,6 +86,8 @@ class Api:
             if path.startswith(_QUERIES):
                 question = Question.parse(params, explorer.view, kind="query")
                 return _json(explorer.query(unquote(path.removeprefix(_QUERIES)), question))
+            if path == EXPERIMENTS or path.startswith(EXPERIMENTS + "/"):
+                return _json(experiments_answer(self.experiments, path))
             if path == "/api/v1/judging-queue":
                 question = Question.parse(params, explorer.view, kind="judging-queue")
                 return judging_queue_body(explorer.judging_queue(question), question.format)

@@ -42,6 +42,7 @@ from stream_ndcg import wiring
 from stream_ndcg.config import Settings, flag_name
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import Click, Event, InvalidEvent, Judgment
+from stream_ndcg.experiments import parse_experiments
 from stream_ndcg.exporter import Exporter, WindowView
 from stream_ndcg.setting_flags import add_setting_flags
 from stream_ndcg.source.local import LocalRecord
@@ -197,14 +198,27 @@ def settings_of(*, k: Sequence[int] | str | None = None, gain: str | None = None
                 max_results: int | str | None = None, bucket: str | None = None, windows: str | None = None,
                 segment_labels: str | None = None, pipeline: str | None = None,
                 dedup_horizon: str | None = None, judgment_sources: str | None = None,
-                control: str | None = None, alpha: str | None = None, n_star: str | None = None) -> Settings:
+                control: str | None = None, alpha: str | None = None, n_star: str | None = None,
+                experiments: str | None = None) -> Settings:
     """The service's settings for a history (or a replay), its defaults where a value is None;
     ConfigError if invalid."""
     flags: dict[str, Any] = {"k": k, "gain": gain, "ideal": ideal, "max_results": max_results, "bucket": bucket,
                              "windows": windows, "segment_labels": segment_labels, "namespace": pipeline,
                              "dedup_horizon": dedup_horizon, "judgment_sources": judgment_sources,
-                             "control": control, "alpha": alpha, "n_star": n_star, "clock": "event"}
+                             "control": control, "alpha": alpha, "n_star": n_star, "experiments": experiments,
+                             "clock": "event"}
     return Settings.load(flags=flags)
+
+
+def replay_labels(control: str | None, experiments: str | None) -> str | None:
+    """The labels a replay compares by: the control's and the experiments' (it reads every label
+    of the events, and the settings check that these are among them)."""
+    labels = [control.partition("=")[0]] if control else []
+    try:
+        labels += [experiment.label for experiment in parse_experiments(experiments or "")]
+    except ValueError as exc:
+        raise ConfigError(f"setting experiments (from --experiments): {exc}") from None
+    return ",".join(dict.fromkeys(labels)) or None
 
 
 # The settings only a history reads (`--pipeline` is the namespace, the pipeline label's value).

@@ -31,14 +31,16 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from stream_ndcg.click_judge import ClickJudge, ClickJudgment
 from stream_ndcg.comparisons import ALPHA, N_STAR
 from stream_ndcg.drilldown.compare import against
+from stream_ndcg.drilldown.experiments import report
 from stream_ndcg.drilldown.index import figures
 from stream_ndcg.events import DEFAULT_LIMITS, Click, Impression, InvalidEvent, Judgment, Limits, parse_event
+from stream_ndcg.experiments import Cells, Experiment, impression_cells
 from stream_ndcg.metric import ListScore, ListScorer, Measure
 from stream_ndcg.offline.totals import ScoreTotals
 from stream_ndcg.rows import add_into, group_tops, impression_row, row_fields
@@ -255,10 +257,16 @@ class Replay:
                        "sums": dict(zip(fields, row, strict=True)),
                        "k": {str(k): figures(row, i) for i, k in enumerate(self.measure.cutoffs)}}
 
+    def experiment_cells(self, experiment: Experiment) -> Cells:
+        """An experiment's cells from every impression scored from scratch (`experiments.impression_cells`)."""
+        return impression_cells(experiment, ((fields[1], fields[2], dict(fields[4]), score.ndcg)
+                                             for fields, score in self._scores()), self.bucket_ms)
+
     def summary(self, control: tuple[str, str] | None = None, alpha: float = ALPHA,
-                n_star: float = N_STAR) -> dict[str, Any]:
+                n_star: float = N_STAR, experiments: Sequence[Experiment] = ()) -> dict[str, Any]:
         """The means of every impression, overall and per segment value; with a `control` (label,
-        value), every other value of its label compared with it (`drilldown.compare.against`)."""
+        value), every other value of its label compared with it (`drilldown.compare.against`);
+        each experiment's report (`drilldown.experiments.report`), counted from its start."""
         cutoffs = self.measure.cutoffs
         overall = ScoreTotals(cutoffs)
         by_segment: dict[str, dict[str, ScoreTotals]] = {}
@@ -293,4 +301,7 @@ class Replay:
                 "k": {str(k): against({value: totals.arm(i) for value, totals in arms.items()}, control[1], alpha,
                                       n_star) for i, k in enumerate(cutoffs)}}}
                if control is not None else {}),
+            **({"experiments": {experiment.name: report(
+                experiment, self.experiment_cells(experiment), cutoffs, experiment.first_bucket(self.bucket_ms)
+                * self.bucket_ms) for experiment in experiments}} if experiments else {}),
         }

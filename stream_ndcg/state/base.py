@@ -14,6 +14,13 @@ lost a partition in a rebalance can no longer change it; and a write whose
 `expected_offset` is not the stored one (another writer went on, or Redis came
 back from its append-only file a second behind), so that the writer re-reads
 the stored offset and resumes from there.
+
+A commit also adds the batch's changes to the experiments' cells (`experiments`), kept apart from
+the buckets. For each experiment a partition marks, at its first commit that names it, the first
+bucket it counts: the experiment's first, or the bucket after the partition's clock if the
+partition already had one (the state then holds groups the experiment never saw credited, and a
+later re-credit of one would add a difference without its base). The changes of earlier buckets
+are left out.
 """
 
 from __future__ import annotations
@@ -21,10 +28,11 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from stream_ndcg.engine import BatchOutcome
+from stream_ndcg.experiments import CellChanges, Cells
 from stream_ndcg.query_state import QueryState
 from stream_ndcg.rows import Row
 from stream_ndcg.vocabulary import AggregateKey
@@ -63,6 +71,19 @@ class Commit:
     outcome: BatchOutcome
     next_offset: int
     expected_offset: int | None
+    # The experiments' cell changes (`experiments.cell_changes`): an entry for every experiment
+    # registered, so that the store marks the first bucket each counts.
+    experiments: CellChanges = field(default_factory=dict)
+
+
+@dataclass
+class ExperimentRead:
+    """An experiment's cells as a store holds them, added up over the partitions."""
+
+    cells: Cells
+    # partition -> the first bucket it counts (the start's, or the one after its clock when the
+    # experiment was registered on state it already had).
+    first_buckets: dict[str, int]
 
 
 class CommitInFlight(Protocol):
@@ -138,6 +159,10 @@ class StateStore(Protocol):
         ...
 
     def counts(self) -> Counter[str]:
+        ...
+
+    def experiment(self, name: str) -> ExperimentRead:
+        """An experiment's cells, summed over every partition (empty if none holds it)."""
         ...
 
     def clock_ms(self) -> int | None:

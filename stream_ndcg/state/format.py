@@ -45,11 +45,16 @@ are re-credited).
 refuses state recorded with a version it cannot read (`check_format`): this one
 reads 1 (JSON list fields; state recorded before the number existed is version
 1), 2 (lists as positions), 3 (groups by position), 4 (judgment events with their
-source) and 5 (sums of squares), and records 5, which releases that read only 1 to 4 refuse:
-they would drop the squares of every group they re-credit. A group of formats 1 to 4 has no
+source), 5 (sums of squares) and 6 (experiments' cells), and records 6, which releases that
+read only 1 to 5 refuse: they would commit without the experiments' changes, and the cells would
+miss what their batches credited. A group of formats 1 to 4 has no
 squares: the engine adds them when it re-credits the group (the store gives a group of the pool
 ideal its lists from the bucket's on load, `RedisStore.load`), and until then the `moments` sum
-counts its impressions out.
+counts its impressions out. State of format 5 needs nothing converted: an experiment's cells start
+empty, and each partition counts from the bucket after its clock at its first commit with the
+experiment (`state.base`), so no group of the old state is counted in part.
+
+An experiment's cells (format 6) of one partition are a hash: `state.experiment_format`.
 """
 
 from __future__ import annotations
@@ -78,9 +83,11 @@ from stream_ndcg.vocabulary import (
 )
 
 # Bump it with any change to the layout above, and teach the stores to read the old one or to refuse it.
-FORMAT_VERSION = 5
-# What this release reads; it records FORMAT_VERSION over any of them.
-READABLE_FORMATS = ("1", "2", "3", "4", "5")
+FORMAT_VERSION = 6
+# What this release reads; it records FORMAT_VERSION over any of them. Each version, what it added:
+# 1 the first layout; 2 lists as positions; 3 groups by position; 4 judgment events with their
+# source; 5 sums of squares; 6 experiments' cells.
+READABLE_FORMATS = ("1", "2", "3", "4", "5", "6")
 
 
 def check_format(found: str | None) -> None:

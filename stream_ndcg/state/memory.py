@@ -10,9 +10,10 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from stream_ndcg.errors import FencedError
+from stream_ndcg.experiments import CellChanges, Cells
 from stream_ndcg.reconfigure import decide
 from stream_ndcg.rows import Row
-from stream_ndcg.state.base import Commit, CommitInFlight, DeferredCommit, RowRead, Snapshot
+from stream_ndcg.state.base import Commit, CommitInFlight, DeferredCommit, ExperimentRead, RowRead, Snapshot
 from stream_ndcg.state.format import FORMAT_VERSION, check_format, state_fields, state_from_fields
 from stream_ndcg.vocabulary import AggregateKey
 from stream_ndcg.window_sums import AggregateRead
@@ -33,6 +34,8 @@ class _Partition:
     changed: dict[int, int] = field(default_factory=dict)
     # The rows of each commit, in order: a cursor is a position in it.
     row_log: list[list[tuple[int, str, str, Row]]] = field(default_factory=list)
+    # experiment name -> (the first bucket it counts, its cells): kept as long as the store lives.
+    experiments: dict[str, tuple[int, Cells]] = field(default_factory=dict)
 
 
 class MemoryStore:
@@ -133,10 +136,36 @@ class MemoryStore:
                 part.rows.setdefault(bucket, {})[(segment, query_id)] = row
             part.row_log.append(written)
             self._counts.update(outcome.counts)
+            self._add_cells(part, commit.experiments)
             part.next_offset = commit.next_offset
             if outcome.clock_ms is not None:
                 part.clock_ms = max(part.clock_ms or outcome.clock_ms, outcome.clock_ms)
             self._expire(part)
+
+    def _add_cells(self, part: _Partition, experiments: CellChanges) -> None:
+        """The experiments' changes, from the bucket each partition marks (`state.base`); before the
+        clock moves on."""
+        for name, (first_bucket, changes) in experiments.items():
+            held = part.experiments.get(name)
+            if held is None:
+                mark = first_bucket if part.clock_ms is None else max(first_bucket, part.clock_ms // self.bucket_ms + 1)
+                held = part.experiments[name] = (mark, {})
+            mark, cells = held
+            for (bucket, arm, query_id, figure), change in changes.items():
+                if bucket >= mark:
+                    key = (arm, query_id, figure)
+                    cells[key] = cells.get(key, 0.0) + change
+
+    def experiment(self, name: str) -> ExperimentRead:
+        parts: dict[tuple[str, str, str], list[float]] = {}
+        first_buckets: dict[str, int] = {}
+        for partition, part in sorted(self._partitions.items()):
+            held = part.experiments.get(name)
+            if held is not None:
+                first_buckets[partition] = held[0]
+                for key, value in held[1].items():
+                    parts.setdefault(key, []).append(value)
+        return ExperimentRead({key: math.fsum(values) for key, values in parts.items()}, first_buckets)
 
     def _expire(self, part: _Partition) -> None:
         if part.clock_ms is None:

@@ -37,6 +37,7 @@ import redis
 from stream_ndcg import reconfigure
 from stream_ndcg.errors import ConfigError, FencedError, StoreUnavailable
 from stream_ndcg.query_state import QueryState
+from stream_ndcg.state import experiment_format
 from stream_ndcg.state import format as state_format
 from stream_ndcg.state.base import Commit, CommitInFlight, Snapshot
 from stream_ndcg.state.redis_reads import Client, RedisReads, text
@@ -222,8 +223,12 @@ class RedisStore(RedisReads):
                 for b, fields in state_format.row_writes(outcome).items()]
         prune = str(oldest_kept_bucket(now, self.horizon_ms, self.bucket_ms)) if now is not None else None
         forget = str(oldest_kept_bucket(now, self.dedup_horizon_ms, self.bucket_ms)) if now is not None else None
+        # Before the clock moves: a partition marks an experiment's first bucket by the clock it had.
+        exps = [[index(self._key(partition, "exp", name)), first_bucket, self.experiment_ttl_ms, increments]
+                for name, first_bucket, increments in experiment_format.cell_increments(commit.experiments)]
         payload = {
             "states": states, "lists": lists, "impressions": impressions, "aggs": aggs, "rows": rows,
+            "exps": exps, "bucket_ms": self.bucket_ms,
             "row_log_ms": ROW_LOG_MS,
             "counts": [[name, n] for name, n in outcome.counts.items()],
             # The horizon's TTL, not the dedup horizon's: `forget` prunes by the clock, and under

@@ -22,8 +22,9 @@ from redis.exceptions import MovedError, RedisClusterException, RedisError
 from redis.sentinel import Sentinel
 
 from stream_ndcg.errors import StoreUnavailable
+from stream_ndcg.state import experiment_format
 from stream_ndcg.state import format as state_format
-from stream_ndcg.state.base import RowRead
+from stream_ndcg.state.base import ExperimentRead, RowRead
 from stream_ndcg.state.cache import StateCache
 from stream_ndcg.state.redis_scripts import AGGREGATE_READ_BUCKETS, READER_LEASE_MS
 from stream_ndcg.vocabulary import AggregateKey
@@ -86,6 +87,7 @@ class RedisReads:
         dedup_horizon_ms: int | None = None,
         wall_clock: bool = True,
         cache_groups: int = 20_000,
+        experiment_ttl_ms: int = 90 * 86_400_000,
         observe_round_trip: Callable[[float], None] = lambda seconds: None,
     ) -> None:
         self._client = client if isinstance(client, redis.Redis | redis.RedisCluster) else None
@@ -100,6 +102,8 @@ class RedisReads:
         # Impression ids are forgotten behind this (None: the horizon).
         self.dedup_horizon_ms = dedup_horizon_ms or horizon_ms
         self.wall_clock = wall_clock
+        # How long an experiment's cells are kept after the last commit that named it.
+        self.experiment_ttl_ms = experiment_ttl_ms
         self._observe = observe_round_trip
         self._admitted: dict[tuple[str, str], bool] = {}
 
@@ -319,6 +323,24 @@ class RedisReads:
         for reply in replies:
             total.update({text(k): int(v) for k, v in reply.items()})
         return total
+
+    def experiment(self, name: str) -> ExperimentRead:
+        partitions = self.partitions()
+        with self._round_trip("experiment read"):
+            pipe = self.client.pipeline(transaction=False)
+            for partition in partitions:
+                pipe.hgetall(self._key(partition, "exp", name))
+            hashes = pipe.execute()
+        parts: dict[tuple[str, str, str], list[float]] = {}
+        first_buckets: dict[str, int] = {}
+        for partition, held in zip(partitions, hashes, strict=True):
+            for raw_field, raw_value in held.items():
+                cell = experiment_format.decode_cell_field(raw_field)
+                if cell is None:
+                    first_buckets[partition] = int(raw_value)
+                else:
+                    parts.setdefault(cell, []).append(float(raw_value))
+        return ExperimentRead({cell: math.fsum(values) for cell, values in parts.items()}, first_buckets)
 
     def clock_ms(self) -> int | None:
         partitions = self.partitions()

@@ -45,6 +45,9 @@ Cluster hash tag, so that everything of one input partition P =
                                        written only while a reader holds the lease below
     {ns:P}:reader              STRING  a drill-down reader's lease, READER_LEASE_MS: nobody reading,
                                        no log (a reader back later reads the rows whole)
+    {ns:P}:exp:<name>          HASH    an experiment's cells and the first bucket the partition counts
+                                       (`state.format`; format 6), TTL experiment_retention from each
+                                       commit: kept while the experiment is registered, then expired
 """
 
 from __future__ import annotations
@@ -104,6 +107,20 @@ if #p.rows > 0 then
     redis.call('XADD', KEYS[6], 'MINID', '~', string.format('%d', oldest), '*', 'n', n, 'r', cjson.encode(logged))
     redis.call('PEXPIRE', KEYS[6], p.row_log_ms * 2)
   end
+end
+local clock = redis.call('HGET', KEYS[2], 'clock')
+for _, e in ipairs(p.exps) do
+  local from = redis.call('HGET', KEYS[e[1]], 'from')
+  if not from then
+    from = tonumber(e[2])
+    if clock then from = math.max(from, math.floor(tonumber(clock) / p.bucket_ms) + 1) end
+    redis.call('HSET', KEYS[e[1]], 'from', string.format('%d', from))
+  end
+  from = tonumber(from)
+  for _, f in ipairs(e[4]) do
+    if f[1] >= from then redis.call('HINCRBYFLOAT', KEYS[e[1]], f[2], f[3]) end
+  end
+  redis.call('PEXPIRE', KEYS[e[1]], e[3])
 end
 for _, c in ipairs(p.counts) do redis.call('HINCRBY', KEYS[3], c[1], c[2]) end
 redis.call('HSET', KEYS[2], 'offset', p.offset, 'aggmark', p.offset)

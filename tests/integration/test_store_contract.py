@@ -131,21 +131,22 @@ def test_state_in_a_later_format_is_refused_and_earlier_state_is_recorded_as_tod
     config, key = {"k": [3, 10]}, f"{{{namespace}}}:format"
     today = str(state_format.FORMAT_VERSION).encode()
     assert store.adopt(config) is False
-    assert raw.get(key) == today == b"5"
+    assert raw.get(key) == today == b"6"
     # As the releases before the version was recorded left it (0.1.0 among them), as the first ones
     # that recorded it did, as the release before the compact groups did, as the one before
-    # judgment sources did, and as the one before the sums of squares did: read, and recorded as today's.
-    for earlier in (None, "1", "2", "3", "4"):
+    # judgment sources did, as the one before the sums of squares did, and as the one before the
+    # experiments' cells did: read, and recorded as today's.
+    for earlier in (None, "1", "2", "3", "4", "5"):
         if earlier is None:
             raw.delete(key)
         else:
             raw.set(key, earlier)
         assert store.adopt(config) is False
         assert raw.get(key) == today
-    raw.set(key, "6")
-    with pytest.raises(ConfigError, match="format version '6'"):
+    raw.set(key, "7")
+    with pytest.raises(ConfigError, match="format version '7'"):
         store.adopt(config, rebuild=True)
-    assert raw.get(key) == b"6"
+    assert raw.get(key) == b"7"
     client.close()
     raw.close()
 

@@ -1,6 +1,6 @@
 """An upgrade without a cliff: state built by release 0.1.0, or by the last commit that wrote state
-format 3 or 4, stopped mid-stream, is continued by the working tree, and the numbers equal the replay
-of the whole stream to 1e-9."""
+format 3, 4 or 5, stopped mid-stream, is continued by the working tree, and the numbers equal the
+replay of the whole stream to 1e-9."""
 
 from __future__ import annotations
 
@@ -20,8 +20,15 @@ from stream_ndcg.config import Settings
 from stream_ndcg.devtools.servers import KafkaBroker
 from stream_ndcg.metric import Measure
 from stream_ndcg.offline.replay import Replay
-from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
-from tests.support.service import Service, wait_for_messages, wait_for_progress
+from tests.support.replay import (
+    CUTOFFS,
+    assert_close_figures,
+    compared_gauges,
+    expect_equal_to_replay,
+    replay_of,
+    simulated,
+)
+from tests.support.service import Samples, Service, wait_for_messages, wait_for_progress
 from tests.support.topics import create_topic, send_paced
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
@@ -33,6 +40,8 @@ RELEASE_0_1_0 = "be40db58433b175470fb1580dffbe4f31990690f"
 FORMAT_3 = "56cf76aaa703e53d7106af8700e02081b1882cfd"
 # The last commit that wrote state format 4 (before the sums of squares, #29).
 FORMAT_4 = "5446c1c7fb40094b1c6418e6e5e81d037227207d"
+# The last commit that wrote state format 5 (before the experiments' cells, #29).
+FORMAT_5 = "5d6871ee9e93c696b3a07dea268f9381664e8620"
 
 
 def release_0_1_0(into: Path) -> Path:
@@ -78,6 +87,33 @@ def test_state_of_release_0_1_0_is_continued_exactly(
     assert new.stop() == 0
 
 
+def old_then_new(commit: str, kafka: KafkaBroker, service_env: dict[str, str], services: list[Service],
+                 tmp_path: Path, before: list[tuple[bytes, bytes]], after: list[tuple[bytes, bytes]],
+                 settings: dict[str, str] | None = None,
+                 new_settings: dict[str, str] | None = None) -> tuple[Service, Samples]:
+    """The package of `commit` takes in `before` and stops; the working tree (with `new_settings`
+    added to its environment) goes on with `after` on the same Redis and topic, both with
+    `settings`: the new service, running, and its samples once it has taken in every message."""
+    old_code = package_of(commit, tmp_path / f"old-{commit[:8]}")
+    topic = create_topic(kafka.bootstrap, partitions=2)
+    env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_BATCH_SIZE="200",
+               **(settings or {}))
+    # -P: the repository (the working directory) must not come before PYTHONPATH on sys.path.
+    old = Service({**env, "PYTHONPATH": str(old_code)}, tmp_path / "old", python=(sys.executable, "-P"))
+    new = Service({**env, **(new_settings or {})}, tmp_path / "new")
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    services.extend([old, new])
+
+    old.start()
+    send_paced(kafka.bootstrap, topic, before, 2_000.0).join()
+    wait_for_messages(old, len(before))
+    assert old.stop() == 0
+    new.start()
+    send_paced(kafka.bootstrap, topic, after, 2_000.0).join()
+    return new, wait_for_messages(new, len(before) + len(after))
+
+
 def from_other_sources(messages: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """The messages with every second judgment from a click model (COEC or SDBN in turn): some fill
     a gap of raters, some are behind a rater's grade."""
@@ -99,25 +135,10 @@ def from_other_sources(messages: list[tuple[bytes, bytes]]) -> list[tuple[bytes,
 
 def test_state_of_format_3_is_read_as_raters_and_continued_with_other_sources(
         kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
-    old_code = package_of(FORMAT_3, tmp_path / "format-3")
-    topic = create_topic(kafka.bootstrap, partitions=2)
     messages = simulated(8_000, seed=43)
     # The state of format 3 holds raters' judgments only: every event with a source comes after it stopped.
     before, after = messages[:4_000], from_other_sources(messages[4_000:])
-    env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_BATCH_SIZE="200")
-    old = Service({**env, "PYTHONPATH": str(old_code)}, tmp_path / "old", python=(sys.executable, "-P"))
-    new = Service(env, tmp_path / "new")
-    (tmp_path / "old").mkdir()
-    (tmp_path / "new").mkdir()
-    services.extend([old, new])
-
-    old.start()
-    send_paced(kafka.bootstrap, topic, before, 2_000.0).join()
-    wait_for_messages(old, len(before))
-    assert old.stop() == 0
-    new.start()
-    send_paced(kafka.bootstrap, topic, after, 2_000.0).join()
-    samples = wait_for_messages(new, len(messages))
+    new, samples = old_then_new(FORMAT_3, kafka, service_env, services, tmp_path, before, after)
     assert expect_equal_to_replay(samples, replay_of(before + after), "1d", CUTOFFS) == compared_gauges()
     assert all(samples[("stream_ndcg_judgments_total", (("source", source),))] > 0 for source in ("coec", "sdbn"))
     assert new.stop() == 0
@@ -125,8 +146,6 @@ def test_state_of_format_3_is_read_as_raters_and_continued_with_other_sources(
 
 def test_state_of_format_4_takes_its_squares_and_its_errors_equal_the_replays(
         kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
-    old_code = package_of(FORMAT_4, tmp_path / "format-4")
-    topic = create_topic(kafka.bootstrap, partitions=2)
     messages = simulated(8_000, seed=47)
     before, after = messages[:4_000], messages[4_000:]
     # Then every query of the old state once more: a judgment of a document no list shows (grade
@@ -135,20 +154,7 @@ def test_state_of_format_4_takes_its_squares_and_its_errors_equal_the_replays(
     after += [(key, json.dumps({"type": "judgment", "query_id": key.decode(), "doc_id": "probe", "grade": 0,
                                 "ts": last_ts}).encode()) for key in sorted({key for key, _ in before if key})]
     messages = before + after
-    env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_BATCH_SIZE="200")
-    old = Service({**env, "PYTHONPATH": str(old_code)}, tmp_path / "old", python=(sys.executable, "-P"))
-    new = Service(env, tmp_path / "new")
-    (tmp_path / "old").mkdir()
-    (tmp_path / "new").mkdir()
-    services.extend([old, new])
-
-    old.start()
-    send_paced(kafka.bootstrap, topic, before, 2_000.0).join()
-    wait_for_messages(old, len(before))
-    assert old.stop() == 0
-    new.start()
-    send_paced(kafka.bootstrap, topic, after, 2_000.0).join()
-    samples = wait_for_messages(new, len(messages))
+    new, samples = old_then_new(FORMAT_4, kafka, service_env, services, tmp_path, before, after)
     summary = replay_of(messages)
     assert expect_equal_to_replay(samples, summary, "1d", CUTOFFS) == compared_gauges()
     # A group of format 4 takes its squares when its query comes again: every one came, so every
@@ -173,3 +179,32 @@ def test_state_of_format_4_takes_its_squares_and_its_errors_equal_the_replays(
             for name, value in expected.items():
                 assert samples[(name, key)] == pytest.approx(value, abs=1e-9), (name, key)
     assert new.stop() == 0
+
+
+def test_state_of_format_5_takes_an_experiment_whose_figures_equal_the_replays(
+        kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
+    messages = simulated(8_000, seed=53)
+    before, after = messages[:4_000], messages[4_000:]
+    # The experiment starts after every event the old release took in: each partition's clock is
+    # behind its start, so each counts from its first bucket, as the replay does. Buckets of a
+    # second: the stream is forty seconds of event time, and an experiment counts whole buckets.
+    start = 1 + max(int(found.group(1)) for _, value in before if (found := re.search(rb'"ts": (\d+)', value)))
+    flag = f"name=upgrade,start={start},label=variant,arms=A|B,control=A,n_star=2000"
+    new, samples = old_then_new(FORMAT_5, kafka, service_env, services, tmp_path, before, after,
+                                {"STREAM_NDCG_BUCKET": "1s"}, {"STREAM_NDCG_EXPERIMENTS": flag})
+    assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == compared_gauges()
+    status, served = new.api("/api/v1/experiments/upgrade")
+    assert status == 200
+    settings = Settings.load(flags={"experiments": flag, "bucket": "1s"})
+    replay = Replay(Measure(cutoffs=CUTOFFS), dedup_horizon_ms=settings.dedup_horizon, bucket_ms=settings.bucket)
+    for _, value in messages:
+        replay.add(value)
+    expected = replay.summary(experiments=settings.experiments)["experiments"]["upgrade"]
+    assert served["counting_from_ms"] == expected["counting_from_ms"]
+    for k in map(str, CUTOFFS):
+        for arm in ("A", "B"):
+            assert served["k"][k]["arms"][arm]["scored_impressions"] == expected["k"][k]["arms"][arm][
+                "scored_impressions"] > 0
+        assert_close_figures(served["k"][k], expected["k"][k])
+    assert new.stop() == 0
+

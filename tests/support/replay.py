@@ -64,3 +64,15 @@ def expect_equal_to_replay(samples: Samples, summary: dict[str, Any], window: st
             assert samples[("stream_ndcg_impressions", impressions_key)] == expected["impressions"]
     assert compared, "the replay has no variant: nothing to compare"
     return compared
+
+
+def assert_close_figures(served: object, expected: object, where: str = "") -> None:
+    """The API's figures and the replay's: equal, floats to 1e-9."""
+    if isinstance(expected, dict):
+        assert isinstance(served, dict) and served.keys() == expected.keys(), where
+        for key, value in expected.items():
+            assert_close_figures(served[key], value, f"{where}/{key}")
+    elif isinstance(expected, float) and isinstance(served, float | int):
+        assert served == pytest.approx(expected, abs=1e-9), where
+    else:
+        assert served == expected, where

@@ -21,8 +21,10 @@ import pytest
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
 from stream_ndcg.errors import ConfigError, FencedError
-from stream_ndcg.events import InvalidEvent, parse_event
+from stream_ndcg.events import Impression, InvalidEvent, parse_event
+from stream_ndcg.experiments import Experiment, impression_cells
 from stream_ndcg.metric import Measure
+from stream_ndcg.offline.replay import Replay
 from stream_ndcg.pipeline import BatchPipeline
 from stream_ndcg.state.base import StateStore
 from stream_ndcg.state.memory import MemoryStore
@@ -313,3 +315,66 @@ class StoreContract:
         assert store.adopt(exponential, rebuild=True) is False
         with pytest.raises(ConfigError, match="gain"):
             store.adopt(linear)
+
+    def test_experiment_cells_equal_a_recomputation_across_partitions_redeliveries_and_late_judgments(
+            self, store: StateStore) -> None:
+        spec = SimulationSpec(events=3000, seed=11, queries=40, rate=20.0, variants=(("A", 0.5), ("B", 2.0),
+                                                                                   ("C", 1.0)))
+        messages = [v for _, v in Simulator(spec).messages()]
+        events = [parse_event(m) for m in messages]
+        times = sorted(e.ts for e in events if isinstance(e, Impression))
+        # From the middle of the stream, so that impressions before the start are left out, and
+        # judgments after it re-credit groups the experiment counted.
+        experiment = Experiment("exp-1", start_ms=times[len(times) // 3], label="variant", arms=("A", "B"),
+                                control="A", alpha=0.05, n_star=1000)
+        # No clock, so nothing expires: the late judgments find every group they re-credit.
+        engine = Engine(MEASURE, BUCKET, query_credits=True)
+        pipeline = BatchPipeline(store, engine, experiments=[experiment])
+        epochs = {p: store.claim(p) for p in ("t:0", "t:1")}
+        offsets = {"t:0": 0, "t:1": 0}
+        for start in range(0, len(messages), 250):
+            by_partition: dict[str, list[bytes]] = {"t:0": [], "t:1": []}
+            for message, event in zip(messages[start:start + 250], events[start:start + 250], strict=True):
+                key = event.query_id if not isinstance(event, InvalidEvent) else ""
+                by_partition[f"t:{sum(key.encode()) % 2}"].append(message)
+            for partition, raw in by_partition.items():
+                # Each batch again in part: the duplicates count nowhere.
+                pipeline.apply(partition, epochs[partition], parsed(raw + raw[:5]), offsets[partition] + 1,
+                               store.next_offset(partition))
+                offsets[partition] += 1
+        replay = Replay(MEASURE, bucket_ms=BUCKET)
+        for message in messages:
+            replay.add(message)
+        expected = impression_cells(experiment, ((item.impression.query_id, item.impression.ts,
+                                                  dict(item.impression.segment), item.score.ndcg)
+                                                 for item in replay.scored()), BUCKET)
+        read = store.experiment("exp-1")
+        assert read.first_buckets == {"t:0": experiment.first_bucket(BUCKET), "t:1": experiment.first_bucket(BUCKET)}
+        assert {arm for arm, _, _ in read.cells} == {"A", "B"}
+        # A sum the engine never moved from 0 is not held at all.
+        assert {key for key, value in expected.items() if value} <= read.cells.keys() <= expected.keys()
+        for cell, value in expected.items():
+            assert read.cells.get(cell, 0.0) == pytest.approx(value, abs=1e-9), cell
+        assert store.experiment("not-registered").cells == {}
+
+    def test_an_experiment_registered_on_held_state_counts_from_the_bucket_after_the_clock(
+            self, store: StateStore) -> None:
+        messages = [v for _, v in Simulator(SimulationSpec(events=600, seed=12, queries=10, rate=2.0)).messages()]
+        experiment = Experiment("late", start_ms=0, label="variant", arms=("A", "B"), control="A")
+        epoch = store.claim("t:0")
+        BatchPipeline(store, Engine(MEASURE, BUCKET, horizon_ms=HORIZON), event_clock=True).apply(
+            "t:0", epoch, parsed(messages[:300]), 300, None)
+        clock = store.clock_ms()
+        assert clock is not None
+        pipeline = BatchPipeline(store, Engine(MEASURE, BUCKET, horizon_ms=HORIZON, query_credits=True),
+                                 event_clock=True, experiments=[experiment])
+        pipeline.apply("t:0", epoch, parsed(messages[300:]), 600, 300)
+        read = store.experiment("late")
+        mark = clock // BUCKET + 1
+        assert read.first_buckets == {"t:0": mark}
+        # Every impression of the arms from the mark on, and none before it.
+        impressions = [e for e in parsed(messages) if isinstance(e, Impression)]
+        counted = [e for e in impressions if e.ts // BUCKET >= mark and dict(e.segment)["variant"] in ("A", "B")]
+        assert counted and len(counted) < len(impressions)
+        assert math.fsum(value for (_, _, figure), value in read.cells.items() if figure == "impressions") == len(
+            counted)
