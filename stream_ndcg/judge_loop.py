@@ -42,7 +42,7 @@ from stream_ndcg.click_judge import ClickJudge, JudgeSettings
 from stream_ndcg.errors import ConsumerStalled, FencedError, RecoverableError, StoreUnavailable
 from stream_ndcg.events import Click, Impression, InvalidEvent, Judgment
 from stream_ndcg.exporter import Exporter
-from stream_ndcg.judge_boundaries import close, decidable, decide, idle_boundary, waiting_at, wall_boundary
+from stream_ndcg.judge_boundaries import close, decidable, decide, idle_boundary, waiting_at
 from stream_ndcg.lag import LagReport
 from stream_ndcg.ownership import Ownership
 from stream_ndcg.pipeline import RecordChecks, checked_event
@@ -343,7 +343,7 @@ class JudgeProcessor:
         wall = self.options.wall_clock
         if wall:
             # Passing a boundary comes first: the records read after it are taken in after it.
-            boundary = wall_boundary(partition.name, judge, now_ms, statuses)
+            boundary = judge.due(now_ms)
             if boundary is None:
                 judge.advance(now_ms)
             else:
