@@ -44,7 +44,7 @@ from stream_ndcg.events import Click, Impression, InvalidEvent, Judgment
 from stream_ndcg.exporter import Exporter
 from stream_ndcg.judge_boundaries import close, decidable, decide, idle_boundary, waiting_at
 from stream_ndcg.lag import LagReport
-from stream_ndcg.ownership import Ownership
+from stream_ndcg.ownership import Ownership, follow_assignment, to_claim
 from stream_ndcg.pipeline import RecordChecks, checked_event
 from stream_ndcg.source.base import Partition, Record, Source, StartFrom
 from stream_ndcg.state.judge_store import JudgeCommit, JudgeStore, Status
@@ -220,18 +220,14 @@ class JudgeProcessor:
         self.lag.report(self.ownership)
 
     def _follow_assignment(self) -> None:
-        gone, new = self.ownership.sync(self.source.assignment(), self.source.revoked())
-        for partition in gone:
-            self.held.pop(partition, None)
-            self.lag.forget(partition)
-        if gone:
-            logger.info("revoked %s", ", ".join(sorted(p.name for p in gone)))
-        if new:
-            logger.info("assigned %s", ", ".join(sorted(p.name for p in new)))
+        follow_assignment(self.ownership, self.source, self._forget)
+
+    def _forget(self, partition: Partition) -> None:
+        self.held.pop(partition, None)
+        self.lag.forget(partition)
 
     def _claim_pending(self) -> None:
-        for partition in self.ownership.pending(self.source.assignment()):
-            epoch = self.store.claim(partition.name)
+        for partition, epoch in to_claim(self.ownership, self.source, self.store.claim):
             loaded = self.store.load(partition.name)
             judge = ClickJudge.from_state(self.settings, loaded.state)
             offset = loaded.offset
