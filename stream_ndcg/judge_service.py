@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from stream_ndcg import wiring
 from stream_ndcg.config import Settings
 from stream_ndcg.exporter import Exporter
+from stream_ndcg.foreground import run_in_foreground
 from stream_ndcg.judge_loop import JudgeOptions, JudgeProcessor
 from stream_ndcg.judge_metrics import JudgeCollector
 from stream_ndcg.source.base import Partition
@@ -72,12 +72,6 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
 def run(settings: Settings) -> int:
     """`stream-ndcg judge`: serve metrics and judge until SIGTERM or Ctrl-C; exit 0."""
     processor, exporter = build(settings)
-    port = exporter.serve(settings.metrics_host, settings.metrics_port, ready=processor.ready)
-    logger.info("metrics on http://%s:%d/metrics", settings.metrics_host, port)
-    signal.signal(signal.SIGTERM, processor.shutdown)
-    signal.signal(signal.SIGINT, processor.shutdown)
-    try:
-        processor.run()
-    finally:
-        exporter.close()
-    return 0
+    return run_in_foreground(processor, lambda ready: exporter.serve(settings.metrics_host, settings.metrics_port,
+                                                                     ready),
+                             settings.metrics_host, closing=[exporter.close])

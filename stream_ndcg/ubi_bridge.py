@@ -21,7 +21,6 @@ Any fault closes the consumer, drops every lane and starts over from the committ
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from stream_ndcg.config import Settings
 from stream_ndcg.errors import BrokerUnavailable, RecoverableError
 from stream_ndcg.events import Limits
 from stream_ndcg.exporter import serve_metrics
+from stream_ndcg.foreground import run_in_foreground
 from stream_ndcg.source.base import Partition, Source, StartFrom
 from stream_ndcg.source.kafka import KafkaOutput, KafkaSource, consumer_options
 from stream_ndcg.ubi import CLICK_OUTCOMES, SKIP_REASONS, UbiCounts, UbiJoin, UbiOptions, contract_message
@@ -266,14 +266,8 @@ def run(settings: Settings) -> int:
     """`stream-ndcg ubi-bridge`: serve its metrics and bridge until SIGTERM or Ctrl-C; exit 0."""
     registry = CollectorRegistry()
     bridge, _, sink = build(settings, registry)
+    logger.info("ubi-bridge: %s and %s to %s", settings.ubi_queries_topic, settings.ubi_events_topic,
+                settings.ubi_output_topic)
     listener = serve_metrics(registry, settings.metrics_host, settings.metrics_port, bridge.ready)
-    logger.info("ubi-bridge: %s and %s to %s; metrics on http://%s:%d/metrics", settings.ubi_queries_topic,
-                settings.ubi_events_topic, settings.ubi_output_topic, settings.metrics_host, listener.port)
-    signal.signal(signal.SIGTERM, bridge.shutdown)
-    signal.signal(signal.SIGINT, bridge.shutdown)
-    try:
-        bridge.run()
-    finally:
-        sink.close()
-        listener.close()
-    return 0
+    return run_in_foreground(bridge, lambda ready: listener.port, settings.metrics_host,
+                             closing=[sink.close, listener.close])
