@@ -8,11 +8,12 @@ with every batch. The commit order of each cycle:
 1. poll; records of partitions not (yet) claimed are dropped, to be read again from the
    stored offset once claimed; the others queue behind their partition's judge;
 2. per partition: a boundary it waits at is decided once every partition of the input
-   topics has closed it (read from the store, so only committed closes count), with the rank
-   counts they closed it with, summed: the judgments it emits go to the outbox; then queued
-   records are applied until one passes a boundary not decided yet, which the judge closes
-   and waits at (that record stays queued); a partition with nothing to read for
-   `idle_ms` closes the boundary another partition waits at (see docs/click-judgments.md).
+   topics is past it (read from the store, so only committed closes count; a partition whose
+   clock started past it has nothing to add), with the rank counts they closed it with,
+   summed: the judgments it emits go to the outbox; then queued records are applied until
+   one passes a boundary not decided yet, which the judge closes and waits at (that record
+   stays queued); a partition with nothing to read for `idle_ms` closes the boundary another
+   partition waits at (see docs/click-judgments.md).
    On the wall clock (`JudgeOptions.wall_clock`) a partition closes a boundary once the wall
    time passes it, before it applies any record, and takes the records in at the wall time;
 3. every partition's changes, next offset, outbox additions and closed rank counts are
