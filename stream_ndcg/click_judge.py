@@ -22,8 +22,8 @@ sessions end, between them).
 Partitions: a pair's counts live with its query's partition, but COEC's
 CTR(r) is every partition's. The grades of B must not depend on how
 partitions interleave, so a service decides B in two steps: each partition
-`close`s B once its own clock has passed it, then, once every partition has,
-the rank counts of all (`ClickCounts.rank_counts`, summed with
+`close`s B once its own clock has passed it, then, once every partition is past
+B (one whose clock started past B adds nothing), the rank counts of all (`ClickCounts.rank_counts`, summed with
 `click_models.summed`) go to each partition's `emit`. A partition that gets no
 events would hold every boundary back: `judge_boundaries` says when an idle
 partition counts as past B. One stream alone (`add`) is one partition and decides

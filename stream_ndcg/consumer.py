@@ -19,7 +19,7 @@ from stream_ndcg.backoff import Backoff
 from stream_ndcg.errors import ConsumerStalled, FencedError, RecoverableError, StoreUnavailable, UndecodableRecords
 from stream_ndcg.exporter import Exporter
 from stream_ndcg.lag import LagReport
-from stream_ndcg.ownership import Claim, Ownership
+from stream_ndcg.ownership import Claim, Ownership, follow_assignment, to_claim
 from stream_ndcg.pipeline import BatchPipeline, BatchResult, PartitionBatch
 from stream_ndcg.source.base import Partition, Record, Source, StartFrom
 from stream_ndcg.state.base import CommitInFlight, StateStore
@@ -265,22 +265,16 @@ class StreamProcessor:
     # -- partitions --------------------------------------------------------
 
     def _follow_assignment(self) -> None:
-        """Bring the partitions this loop works on in line with the group's assignment. Nothing is
-        paused: records of a partition not yet claimed are dropped, and the claim seeks to the
-        stored offset."""
-        gone, new = self.ownership.sync(self.source.assignment(), self.source.revoked())
-        for partition in gone:
-            self._undecodable.discard(partition)
-            # The new holder reports this partition's lag from now on.
-            self.lag.forget(partition)
-        if gone:
-            logger.info("revoked %s", ", ".join(sorted(p.name for p in gone)))
-        if new:
-            logger.info("assigned %s", ", ".join(sorted(p.name for p in new)))
+        """Bring the partitions this loop works on in line with the group's assignment."""
+        follow_assignment(self.ownership, self.source, self._forget)
+
+    def _forget(self, partition: Partition) -> None:
+        self._undecodable.discard(partition)
+        # The new holder reports this partition's lag from now on.
+        self.lag.forget(partition)
 
     def _claim_pending(self) -> None:
-        for partition in self.ownership.pending(self.source.assignment()):
-            epoch = self.store.claim(partition.name)
+        for partition, epoch in to_claim(self.ownership, self.source, self.store.claim):
             offset = self.store.next_offset(partition.name)
             if offset is not None:
                 start = self.source.log_start(partition)

@@ -1,10 +1,18 @@
-"""When `judge` decides a boundary: every partition of the input topics closes it first.
+"""When `judge` decides a boundary: every partition of the input topics is past it first.
 
 COEC's CTR(r) is every partition's, so the grades of boundary B must not depend on how the
 partitions interleave: a partition whose clock passes B closes it (`close`: its ended sessions
 counted, its old buckets forgotten, its rank counts over B's horizon kept with the commit) and
-waits, taking in nothing more, until every partition has committed a close of B; then the rank
-counts they closed it with, summed, grade each one's pairs (`decidable`).
+waits, taking in nothing more, until every partition is past B; then the rank counts they closed
+it with, summed, grade each one's pairs (`decidable`).
+
+A partition whose clock started past B took nothing in before B: it is past B without closing
+it, contributes no rank counts to it and grades nothing at it (its first boundary is the first
+one after its clock started). That is the partition whose first event comes after B, whether the
+others already closed B or it reads ahead of them (event clock), and the one first claimed after
+the wall passed B, however long the cycle that claimed it (wall clock). Each partition closes
+every boundary after its start once, in order, so "past B" is one reading of its status
+(`Status.past`), whatever order the partitions were read in.
 
 A partition with nothing to read would hold every boundary back. `idle_boundary` is the rule
 for it: a partition read to the end of its log for `judge_idle` closes its next boundary as soon
@@ -13,11 +21,8 @@ the earliest boundary waited at), as Flink's sources mark a split idle after a t
 it out of the watermark. An event that reaches it later for a time before that boundary is taken
 in after the boundary, as a late event (docs/click-judgments.md says when the replay matches).
 
-On the wall clock (`wall_boundary`) every partition's clock is the wall time, so none holds a
-boundary back for want of events: each closes B once the wall passes B, records or not. Only a
-partition's first boundary needs the others: its judge has no clock yet, or one set to the wall
-time while another partition, a moment ahead, closed the boundary just passed; it takes the
-boundary another waits at, or goes on from the last one decided.
+On the wall clock every partition's clock is the wall time, so none holds a boundary back for
+want of events: each closes B once the wall passes B, records or not (`ClickJudge.due`).
 """
 
 from __future__ import annotations
@@ -56,16 +61,15 @@ def decide(judge: ClickJudge, boundary: int, ctr: RankCounts) -> tuple[list[byte
 
 def decidable(boundary: int, partitions: Collection[str], statuses: Callable[[], dict[str, Status]],
               store: JudgeStore, max_rank: int) -> RankCounts | None:
-    """Every partition's rank counts at `boundary`, summed, once each has committed a close of it;
-    None before (or while the partitions of the input topics are not known)."""
+    """Every partition's rank counts at `boundary`, summed, once each is past it; None before (or
+    while the partitions of the input topics are not known). A partition past `boundary` without
+    rank counts stored for it started after it: it has none to add."""
     if not partitions:
         return None
     found = statuses()
-    if any(s.closed is None or s.closed < boundary for s in found.values()):
+    if not all(status.past(boundary) for status in found.values()):
         return None
     closed = store.closed_ranks(partitions, boundary)
-    if any(ranks is None for ranks in closed.values()):
-        return None
     return summed((RankCounts(r[0], r[1]) for r in closed.values() if r is not None), max_rank)
 
 
@@ -80,21 +84,3 @@ def idle_boundary(partition: str, judge: ClickJudge, statuses: dict[str, Status]
     if own is None:
         return earliest
     return own if own <= earliest else None
-
-
-def wall_boundary(partition: str, judge: ClickJudge, now_ms: int,
-                  statuses: Callable[[], dict[str, Status]]) -> int | None:
-    """The boundary a partition closes on the wall clock at `now_ms`, None if none is due (the
-    judge's clock may then move to `now_ms`). A partition that never closed one reads the others:
-    it closes the earliest boundary another waits at (its clock may be past it: it started after
-    that boundary, and then grades its own pairs from its next one); with none waiting, a judge
-    without a clock starts at the last boundary any partition closed, all of them decided."""
-    if judge.closed is None:
-        found = {name: s for name, s in statuses().items() if name != partition}
-        waited = [s.waiting for s in found.values() if s.waiting is not None]
-        if waited:
-            return min(waited)
-        decided = [s.closed for s in found.values() if s.closed is not None]
-        if judge.clock_ms is None and decided:
-            judge.advance(max(decided))
-    return judge.due(now_ms)

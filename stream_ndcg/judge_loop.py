@@ -8,11 +8,12 @@ with every batch. The commit order of each cycle:
 1. poll; records of partitions not (yet) claimed are dropped, to be read again from the
    stored offset once claimed; the others queue behind their partition's judge;
 2. per partition: a boundary it waits at is decided once every partition of the input
-   topics has closed it (read from the store, so only committed closes count), with the rank
-   counts they closed it with, summed: the judgments it emits go to the outbox; then queued
-   records are applied until one passes a boundary not decided yet, which the judge closes
-   and waits at (that record stays queued); a partition with nothing to read for
-   `idle_ms` closes the boundary another partition waits at (see docs/click-judgments.md).
+   topics is past it (read from the store, so only committed closes count; a partition whose
+   clock started past it has nothing to add), with the rank counts they closed it with,
+   summed: the judgments it emits go to the outbox; then queued records are applied until
+   one passes a boundary not decided yet, which the judge closes and waits at (that record
+   stays queued); a partition with nothing to read for `idle_ms` closes the boundary another
+   partition waits at (see docs/click-judgments.md).
    On the wall clock (`JudgeOptions.wall_clock`) a partition closes a boundary once the wall
    time passes it, before it applies any record, and takes the records in at the wall time;
 3. every partition's changes, next offset, outbox additions and closed rank counts are
@@ -42,9 +43,9 @@ from stream_ndcg.click_judge import ClickJudge, JudgeSettings
 from stream_ndcg.errors import ConsumerStalled, FencedError, RecoverableError, StoreUnavailable
 from stream_ndcg.events import Click, Impression, InvalidEvent, Judgment
 from stream_ndcg.exporter import Exporter
-from stream_ndcg.judge_boundaries import close, decidable, decide, idle_boundary, waiting_at, wall_boundary
+from stream_ndcg.judge_boundaries import close, decidable, decide, idle_boundary, waiting_at
 from stream_ndcg.lag import LagReport
-from stream_ndcg.ownership import Ownership
+from stream_ndcg.ownership import Ownership, follow_assignment, to_claim
 from stream_ndcg.pipeline import RecordChecks, checked_event
 from stream_ndcg.source.base import Partition, Record, Source, StartFrom
 from stream_ndcg.state.judge_store import JudgeCommit, JudgeStore, Status
@@ -220,18 +221,14 @@ class JudgeProcessor:
         self.lag.report(self.ownership)
 
     def _follow_assignment(self) -> None:
-        gone, new = self.ownership.sync(self.source.assignment(), self.source.revoked())
-        for partition in gone:
-            self.held.pop(partition, None)
-            self.lag.forget(partition)
-        if gone:
-            logger.info("revoked %s", ", ".join(sorted(p.name for p in gone)))
-        if new:
-            logger.info("assigned %s", ", ".join(sorted(p.name for p in new)))
+        follow_assignment(self.ownership, self.source, self._forget)
+
+    def _forget(self, partition: Partition) -> None:
+        self.held.pop(partition, None)
+        self.lag.forget(partition)
 
     def _claim_pending(self) -> None:
-        for partition in self.ownership.pending(self.source.assignment()):
-            epoch = self.store.claim(partition.name)
+        for partition, epoch in to_claim(self.ownership, self.source, self.store.claim):
             loaded = self.store.load(partition.name)
             judge = ClickJudge.from_state(self.settings, loaded.state)
             offset = loaded.offset
@@ -343,7 +340,7 @@ class JudgeProcessor:
         wall = self.options.wall_clock
         if wall:
             # Passing a boundary comes first: the records read after it are taken in after it.
-            boundary = wall_boundary(partition.name, judge, now_ms, statuses)
+            boundary = judge.due(now_ms)
             if boundary is None:
                 judge.advance(now_ms)
             else:

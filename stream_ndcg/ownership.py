@@ -18,14 +18,20 @@ offset, which is where reading resumes and what the next commit must find.
     gone, new = ownership.sync(assignment={p0, p1}, revoked=set())
     for partition in ownership.pending():
         ownership.claimed(partition, store.claim(partition.name), store.next_offset(partition.name))
+
+`follow_assignment` and `to_claim` are those two steps as both loops (`consumer.StreamProcessor`
+and `judge_loop.JudgeProcessor`) take them from their source after every poll.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+import logging
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
-from stream_ndcg.source.base import Partition
+from stream_ndcg.source.base import Partition, Source
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -107,3 +113,25 @@ class Ownership:
 
     def __len__(self) -> int:
         return len(self._owned)
+
+
+def follow_assignment(ownership: Ownership, source: Source, forget: Callable[[Partition], None]) -> None:
+    """Bring `ownership` in line with the source's assignment and revocations (`Ownership.sync`),
+    call `forget` with each partition gone (the loop drops what it kept of it: its lag report,
+    its judge), and log what was revoked and assigned. Nothing is paused: records of a partition
+    not yet claimed are dropped, and its claim seeks to the stored offset."""
+    gone, new = ownership.sync(source.assignment(), source.revoked())
+    for partition in gone:
+        forget(partition)
+    if gone:
+        logger.info("revoked %s", ", ".join(sorted(p.name for p in gone)))
+    if new:
+        logger.info("assigned %s", ", ".join(sorted(p.name for p in new)))
+
+
+def to_claim(ownership: Ownership, source: Source, claim: Callable[[str], str]) -> Iterator[tuple[Partition, str]]:
+    """Each assigned partition waiting for a claim, in name order, with the new epoch `claim` (the
+    store's) gives it, which fences every earlier holder; the loop then reads where to resume and
+    calls `Ownership.claimed`."""
+    for partition in ownership.pending(source.assignment()):
+        yield partition, claim(partition.name)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import signal
 
 from kafka import KafkaConsumer, KafkaProducer
 from prometheus_client import CollectorRegistry
@@ -19,6 +18,7 @@ from stream_ndcg.drilldown.clicks import ClickEvidence
 from stream_ndcg.drilldown.experiments import ExperimentReports
 from stream_ndcg.drilldown.explorer import Explorer
 from stream_ndcg.exporter import Exporter, WindowTotals, WindowView
+from stream_ndcg.foreground import run_in_foreground
 from stream_ndcg.source.kafka import KafkaSource, consumer_options
 
 logger = logging.getLogger(__name__)
@@ -83,24 +83,17 @@ def run(settings: Settings) -> int:
     """`stream-ndcg run`: serve metrics (and the drill-down API) and consume until SIGTERM or Ctrl-C; exit 0."""
     processor, exporter = build(settings)
     collect_garbage_for_batches()
-    port = exporter.serve(settings.metrics_host, settings.metrics_port, ready=processor.ready)
-    logger.info("metrics on http://%s:%d/metrics", settings.metrics_host, port)
-    api = None
+    closing = [exporter.close]
     if settings.drilldown:
         reader = explorer(settings, exporter.window_totals)
         exporter.export_query_figures(reader.query_figures)
     if settings.api_port and settings.drilldown:
         api = Api(reader, token=settings.api_token, experiments=experiment_reports(settings))
         api_port = api.serve(settings.api_host, settings.api_port)
+        closing.append(api.close)
         logger.info("drill-down API and page on http://%s:%d/", settings.api_host, api_port)
     elif not settings.drilldown:
         logger.info("drill-down off (drilldown=false): no per-query rows are kept and no API is served")
-    signal.signal(signal.SIGTERM, processor.shutdown)
-    signal.signal(signal.SIGINT, processor.shutdown)
-    try:
-        processor.run()
-    finally:
-        exporter.close()
-        if api is not None:
-            api.close()
-    return 0
+    return run_in_foreground(processor, lambda ready: exporter.serve(settings.metrics_host, settings.metrics_port,
+                                                                     ready),
+                             settings.metrics_host, closing=closing)

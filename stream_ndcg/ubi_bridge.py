@@ -21,15 +21,13 @@ Any fault closes the consumer, drops every lane and starts over from the committ
 from __future__ import annotations
 
 import logging
-import signal
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.coordinator.assignors.range import RangePartitionAssignor
-from kafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -39,8 +37,9 @@ from stream_ndcg.config import Settings
 from stream_ndcg.errors import BrokerUnavailable, RecoverableError
 from stream_ndcg.events import Limits
 from stream_ndcg.exporter import serve_metrics
+from stream_ndcg.foreground import run_in_foreground
 from stream_ndcg.source.base import Partition, Source, StartFrom
-from stream_ndcg.source.kafka import KafkaSource, consumer_options
+from stream_ndcg.source.kafka import KafkaOutput, KafkaSource, consumer_options
 from stream_ndcg.ubi import CLICK_OUTCOMES, SKIP_REASONS, UbiCounts, UbiJoin, UbiOptions, contract_message
 from stream_ndcg.vocabulary import MetricName
 
@@ -59,36 +58,18 @@ class Sink(Protocol):
 class KafkaSink:
     """The output topic through an idempotent producer that waits for every in-sync replica."""
 
-    def __init__(self, connect: Callable[[], KafkaProducer], topic: str) -> None:
-        self._connect = connect
-        self._producer: KafkaProducer | None = None
-        self._pending: list[Any] = []
+    def __init__(self, output: KafkaOutput, topic: str) -> None:
+        self.output = output
         self.topic = topic
 
     def send(self, key: bytes, value: bytes) -> None:
-        try:
-            if self._producer is None:
-                self._producer = self._connect()
-            self._pending.append(self._producer.send(self.topic, key=key, value=value))
-        except KafkaError as exc:
-            raise BrokerUnavailable(f"output topic {self.topic} unreachable: {type(exc).__name__}: {exc}") from exc
+        self.output.send(self.topic, key, value)
 
     def flush(self) -> None:
-        pending, self._pending = self._pending, []
-        if self._producer is None:
-            return
-        try:
-            self._producer.flush(timeout=30)
-        except KafkaError as exc:
-            raise BrokerUnavailable(f"output topic {self.topic} unreachable: {exc}") from exc
-        failed = [future for future in pending if not future.succeeded()]
-        if failed:
-            raise BrokerUnavailable(f"{len(failed)} event(s) not acknowledged by {self.topic}")
+        self.output.flush()
 
     def close(self) -> None:
-        if self._producer is not None:
-            self._producer.close(timeout=10)
-            self._producer = None
+        self.output.close()
 
 
 @dataclass(frozen=True)
@@ -266,8 +247,9 @@ def build(settings: Settings, registry: CollectorRegistry | None = None,
     # A search and its events share a partition number; the range assignor gives a member the same
     # numbers of both topics (round robin would split them).
     options["partition_assignment_strategy"] = (RangePartitionAssignor,)
-    sink = KafkaSink(lambda: KafkaProducer(**kafka_options, acks="all", enable_idempotence=True, linger_ms=5),
-                     settings.ubi_output_topic)
+    output = KafkaOutput(lambda: KafkaProducer(**kafka_options, acks="all", enable_idempotence=True, linger_ms=5),
+                         f"output topic {settings.ubi_output_topic}")
+    sink = KafkaSink(output, settings.ubi_output_topic)
     join = UbiOptions(click_wait_ms=settings.ubi_click_wait, search_ttl_ms=settings.ubi_search_ttl,
                       impression_wait_ms=settings.ubi_impression_wait,
                       excluded_clients=settings.ubi_excluded_clients,
@@ -284,14 +266,8 @@ def run(settings: Settings) -> int:
     """`stream-ndcg ubi-bridge`: serve its metrics and bridge until SIGTERM or Ctrl-C; exit 0."""
     registry = CollectorRegistry()
     bridge, _, sink = build(settings, registry)
+    logger.info("ubi-bridge: %s and %s to %s", settings.ubi_queries_topic, settings.ubi_events_topic,
+                settings.ubi_output_topic)
     listener = serve_metrics(registry, settings.metrics_host, settings.metrics_port, bridge.ready)
-    logger.info("ubi-bridge: %s and %s to %s; metrics on http://%s:%d/metrics", settings.ubi_queries_topic,
-                settings.ubi_events_topic, settings.ubi_output_topic, settings.metrics_host, listener.port)
-    signal.signal(signal.SIGTERM, bridge.shutdown)
-    signal.signal(signal.SIGINT, bridge.shutdown)
-    try:
-        bridge.run()
-    finally:
-        sink.close()
-        listener.close()
-    return 0
+    return run_in_foreground(bridge, lambda ready: listener.port, settings.metrics_host,
+                             closing=[sink.close, listener.close])

@@ -26,15 +26,13 @@ under the event clock may run slower than Redis's.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection
 from typing import Any
 
 import orjson
-from redis.exceptions import RedisClusterException, RedisError
 
 from stream_ndcg.click_state import Pair
-from stream_ndcg.errors import FencedError, StoreUnavailable
+from stream_ndcg.errors import FencedError
 from stream_ndcg.state import judge_format
 from stream_ndcg.state.judge_store import (
     Given,
@@ -46,7 +44,7 @@ from stream_ndcg.state.judge_store import (
     ranks_text,
     status_of_meta,
 )
-from stream_ndcg.state.redis_reads import Client, text
+from stream_ndcg.state.redis_reads import Client, RedisClient, round_trip, text
 
 # KEYS epoch, meta, outbox, closed, then the state's hashes; ARGV epoch, expected offset ('' for
 # none), payload: {offset, meta [field, value...], dropped [key index], removed [[key index,
@@ -90,7 +88,7 @@ return ARGV[1]
 STATE_HASHES = ("meta", "sessions", "held", "ranks", "graded")
 
 
-class RedisJudgeStore:
+class RedisJudgeStore(RedisClient):
     """The `JudgeStore` on one Redis server or a Redis Cluster; `client` may be a factory, called at
     the first round trip and again after each failed attempt to connect.
 
@@ -98,41 +96,27 @@ class RedisJudgeStore:
     """
 
     def __init__(self, client: Client | Callable[[], Client], *, namespace: str) -> None:
-        self._connect = client if callable(client) else lambda: client
-        self._client: Client | None = None
+        super().__init__(client)
         self.namespace = namespace
-
-    @property
-    def client(self) -> Client:
-        if self._client is None:
-            self._client = self._connect()
-        return self._client
-
-    @contextmanager
-    def _round_trip(self, what: str) -> Iterator[None]:
-        try:
-            yield
-        except (RedisError, RedisClusterException) as exc:
-            raise StoreUnavailable(f"Redis {what} failed: {type(exc).__name__}: {exc}") from exc
 
     def _key(self, partition: str, name: str) -> str:
         return f"{{{self.namespace}:judge:{partition}}}:{name}"
 
     def adopt(self) -> None:
-        with self._round_trip("judge format record"):
+        with round_trip("judge format record"):
             found = self.client.eval(ADOPT, 1, f"{{{self.namespace}}}:judge:format",
                                      str(judge_format.JUDGE_FORMAT_VERSION))
         judge_format.check_judge_format(text(found))
 
     def claim(self, partition: str) -> str:
         epoch = uuid.uuid4().hex
-        with self._round_trip("claim"):
+        with round_trip("claim"):
             self.client.set(self._key(partition, "epoch"), epoch)
             self.client.sadd(f"{self.namespace}:judge:partitions", partition)
         return epoch
 
     def load(self, partition: str) -> Loaded:
-        with self._round_trip("judge state read"):
+        with round_trip("judge state read"):
             pipe = self.client.pipeline(transaction=False)
             for name in STATE_HASHES:
                 pipe.hgetall(self._key(partition, name))
@@ -152,7 +136,7 @@ class RedisJudgeStore:
         if not commits:
             return
         scripts = [self._script(commit) for commit in commits]
-        with self._round_trip("judge commit"):
+        with round_trip("judge commit"):
             pipe = self.client.pipeline(transaction=False)
             for script in scripts:
                 pipe.execute_command(*script)
@@ -191,7 +175,7 @@ class RedisJudgeStore:
         return ("EVAL", COMMIT, len(keys), *keys, commit.epoch, expected, orjson.dumps(payload).decode())
 
     def published(self, partition: str, epoch: str, count: int) -> None:
-        with self._round_trip("outbox trim"):
+        with round_trip("outbox trim"):
             done = self.client.eval(PUBLISHED, 2, self._key(partition, "epoch"), self._key(partition, "outbox"),
                                     epoch, str(count))
         if done != 1:
@@ -199,7 +183,7 @@ class RedisJudgeStore:
 
     def statuses(self, partitions: Collection[str]) -> dict[str, Status]:
         names = list(partitions)
-        with self._round_trip("judge status read"):
+        with round_trip("judge status read"):
             pipe = self.client.pipeline(transaction=False)
             for partition in names:
                 pipe.hmget(self._key(partition, "meta"), ["clock", "closed"])
@@ -209,7 +193,7 @@ class RedisJudgeStore:
 
     def closed_ranks(self, partitions: Collection[str], boundary: int) -> dict[str, list[list[int]] | None]:
         names = list(partitions)
-        with self._round_trip("closed rank counts read"):
+        with round_trip("closed rank counts read"):
             pipe = self.client.pipeline(transaction=False)
             for partition in names:
                 pipe.hget(self._key(partition, "closed"), str(boundary))
@@ -218,7 +202,7 @@ class RedisJudgeStore:
                 for p, reply in zip(names, replies, strict=True)}
 
     def figures(self) -> dict[str, dict[str, str]]:
-        with self._round_trip("judge figures read"):
+        with round_trip("judge figures read"):
             partitions = sorted(text(p) for p in self.client.smembers(f"{self.namespace}:judge:partitions"))
             pipe = self.client.pipeline(transaction=False)
             for partition in partitions:
@@ -227,21 +211,21 @@ class RedisJudgeStore:
         return {p: {text(k): text(v) for k, v in reply.items()} for p, reply in zip(partitions, replies, strict=True)}
 
     def check(self) -> None:
-        with self._round_trip("ping"):
+        with round_trip("ping"):
             self.client.ping()
 
     def recorded_format(self) -> str | None:
-        with self._round_trip("judge format read"):
+        with round_trip("judge format read"):
             found = self.client.get(f"{{{self.namespace}}}:judge:format")
         return None if found is None else text(found)
 
     def partitions(self) -> list[str]:
-        with self._round_trip("judge partitions read"):
+        with round_trip("judge partitions read"):
             return sorted(text(p) for p in self.client.smembers(f"{self.namespace}:judge:partitions"))
 
     def graded(self, partition: str, pairs: Collection[Pair] | None = None) -> dict[Pair, Given]:
         key = self._key(partition, "graded")
-        with self._round_trip("judge grades read"):
+        with round_trip("judge grades read"):
             if pairs is None:
                 # By cursor: a partition may hold millions of pairs, and one HGETALL would block Redis.
                 found = dict(self.client.hscan_iter(key, count=1000))

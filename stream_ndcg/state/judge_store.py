@@ -47,6 +47,11 @@ class Status(NamedTuple):
         """The boundary it closed and waits at (its clock not yet there), None if none."""
         return self.closed if self.closed is not None and (self.clock is None or self.clock < self.closed) else None
 
+    def past(self, boundary: int) -> bool:
+        """Whether it closed `boundary` (or a later one), or its clock is at or past it: a partition
+        whose clock started past a boundary passes it without closing it."""
+        return any(mark is not None and mark >= boundary for mark in (self.closed, self.clock))
+
 
 @dataclass(frozen=True)
 class JudgeCommit:

@@ -68,7 +68,38 @@ def connect(url: str, *, cluster: bool = False, ca_file: str = "", sentinels: st
         raise StoreUnavailable(f"Redis Cluster unreachable: {type(exc).__name__}: {exc}") from exc
 
 
-class RedisReads:
+class RedisClient:
+    """A Redis client made at the first round trip: `client` may be a client or a factory, called
+    then and again after each failed attempt to connect. The readers of `run`'s state and the
+    judge's store (`state.judge_redis`) both hold one."""
+
+    def __init__(self, client: Client | Callable[[], Client]) -> None:
+        self._client = client if isinstance(client, redis.Redis | redis.RedisCluster) else None
+        self._connect = client if callable(client) else lambda: client
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = self._connect()
+        return self._client
+
+
+def store_unavailable(what: str, exc: RedisError | RedisClusterException) -> StoreUnavailable:
+    """A Redis error as the incident it is, naming the round trip that failed."""
+    hint = " (a cluster node answered: set redis_cluster)" if isinstance(exc, MovedError) else ""
+    return StoreUnavailable(f"Redis {what} failed: {type(exc).__name__}: {exc}{hint}")
+
+
+@contextmanager
+def round_trip(what: str) -> Iterator[None]:
+    """Make a Redis error of the block a `StoreUnavailable` naming `what`."""
+    try:
+        yield
+    except (RedisError, RedisClusterException) as exc:
+        raise store_unavailable(what, exc) from exc
+
+
+class RedisReads(RedisClient):
     """The Redis state as its readers see it; `client` may be a factory, called at the first
     round trip and again after each failed attempt to connect.
 
@@ -90,8 +121,7 @@ class RedisReads:
         experiment_ttl_ms: int = 90 * 86_400_000,
         observe_round_trip: Callable[[float], None] = lambda seconds: None,
     ) -> None:
-        self._client = client if isinstance(client, redis.Redis | redis.RedisCluster) else None
-        self._connect = client if callable(client) else lambda: client
+        super().__init__(client)
         self.namespace = namespace
         # Where this instance's keys live: the namespace, and a generation after each rebuild.
         self._space = namespace
@@ -107,12 +137,6 @@ class RedisReads:
         self._observe = observe_round_trip
         self._admitted: dict[tuple[str, str], bool] = {}
 
-    @property
-    def client(self) -> Client:
-        if self._client is None:
-            self._client = self._connect()
-        return self._client
-
     @contextmanager
     def _round_trip(self, what: str, forget: Collection[str] = (), *, observe: bool = True,
                     earlier_s: float = 0.0) -> Iterator[None]:
@@ -125,8 +149,7 @@ class RedisReads:
         except (RedisError, RedisClusterException) as exc:
             for partition in forget:
                 self._cache.forget(partition)
-            hint = " (a cluster node answered: set redis_cluster)" if isinstance(exc, MovedError) else ""
-            raise StoreUnavailable(f"Redis {what} failed: {type(exc).__name__}: {exc}{hint}") from exc
+            raise store_unavailable(what, exc) from exc
         finally:
             if observe:
                 self._observe(earlier_s + time.perf_counter() - started)

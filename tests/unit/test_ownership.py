@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from stream_ndcg.ownership import Ownership
+import logging
+
+import pytest
+
+from stream_ndcg.ownership import Ownership, follow_assignment, to_claim
 from stream_ndcg.source.base import Partition
+from stream_ndcg.source.local import LocalSource
 
 P0, P1, P2 = (Partition("events", n) for n in range(3))
 
@@ -52,3 +57,21 @@ def test_a_store_failure_releases_every_claim() -> None:
     ownership.claimed(P0, "e2", 5)
     ownership.release([P0, P2])
     assert ownership.pending({P0, P1}) == [P0, P1]
+
+
+def test_both_loops_step_follows_the_source_forgets_what_is_gone_and_claims_in_name_order(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="stream_ndcg.ownership")
+    source, ownership = LocalSource({"events": 3}), Ownership()
+    forgotten: list[Partition] = []
+    source.subscribe(["events"])
+    follow_assignment(ownership, source, forgotten.append)
+    epochs = iter(["e1", "e2", "e3"])
+    claims = list(to_claim(ownership, source, lambda name: next(epochs)))
+    assert claims == [(P0, "e1"), (P1, "e2"), (P2, "e3")]
+    for partition, epoch in claims:
+        ownership.claimed(partition, epoch, None)
+    source.assign([P0, P2])
+    follow_assignment(ownership, source, forgotten.append)
+    assert forgotten == [P1] and [p for p, _ in ownership.owned()] == [P0, P2]
+    assert [r.getMessage() for r in caplog.records] == ["assigned events:0, events:1, events:2", "revoked events:1"]
