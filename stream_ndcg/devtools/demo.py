@@ -31,7 +31,7 @@ from stream_ndcg.devtools.redis_servers import RedisServer
 from stream_ndcg.devtools.servers import KafkaBroker
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.drilldown.api import Api
-from stream_ndcg.service import build, explorer
+from stream_ndcg.service import build, experiment_reports, explorer
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.vocabulary import MetricName, total
 
@@ -119,7 +119,10 @@ def run(rate: float = 300.0, metrics_port: int = 9464, api_port: int = 9465) -> 
             admin.close()
             flags = {"bootstrap_servers": kafka.bootstrap, "redis_url": redis.url, "topics": TOPIC,
                      "segment_labels": "variant,engine", "windows": "1m,5m,1h", "metrics_port": str(metrics_port),
-                     "api_port": str(api_port), **CLICK_SETTINGS}
+                     "api_port": str(api_port), "control": "variant=A",
+                     # An experiment from the demo's start, so the page and the API show one.
+                     "experiments": f"name=demo,start={int(time.time() * 1000)},label=variant,arms=A|B,control=A",
+                     **CLICK_SETTINGS}
             settings = Settings.load(flags={**flags, "judgment_sources": "raters"})
             registry, clicks, judged = CollectorRegistry(), CollectorRegistry(), CollectorRegistry()
             processor, exporter = build(settings, registry)
@@ -127,7 +130,7 @@ def run(rate: float = 300.0, metrics_port: int = 9464, api_port: int = 9465) -> 
                                                                     "judgment_sources": "coec"}), clicks)
             judge, judge_exporter = judge_service.build(settings, judged)
             port = exporter.serve(settings.metrics_host, settings.metrics_port, ready=processor.ready)
-            api = Api(explorer(settings))
+            api = Api(explorer(settings), experiments=experiment_reports(settings))
             api_port = api.serve(settings.api_host, settings.api_port)
             stop = threading.Event()
             producer = threading.Thread(target=_traffic, args=(kafka.bootstrap, rate, stop), daemon=True)

@@ -74,6 +74,12 @@ def test_demo_shows_the_better_variant_ahead_by_grades_and_clicks_fills_every_wi
             r"^\s+(1m|5m|1h)\s+([AB])\s+\S+\s+\S+\s+\S+\s+\S+\s+([0-9]+)\s*$", frame, re.MULTILINE)}
         assert len(impressions) == 6, frame
         assert all(count > 0 for count in impressions.values()), frame
+        # The demo's experiment, B against A from the demo's start (whole buckets: from the
+        # minute after it), counts both arms by now.
+        demo_experiment = json.loads(urlopen(f"http://127.0.0.1:{api_port}/api/v1/experiments/demo",
+                                             timeout=10).read())
+        arms = next(iter(demo_experiment["k"].values()))["arms"]
+        assert arms["A"]["scored_impressions"] > 0 and arms["B"]["scored_impressions"] > 0, demo_experiment
         # judge decided its first minutes' judgments from the clicks, and the clicks' pipeline
         # scored the hour with them: the better variant ahead there too.
         by_clicks = dict(re.findall(r"^\s+1h\s+([AB])\s+[0-9.]+\s+([0-9.]+)\s", frame, re.MULTILINE))
