@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from stream_ndcg.events import Click, Event, Impression, InvalidEvent, Judgment
-from stream_ndcg.metric import Measure, ideal_dcg, list_sums, pooled_ndcg, pooled_sums, score_list
+from stream_ndcg.group_sums import GroupSums
+from stream_ndcg.metric import Measure, ideal_dcg, list_sums, pooled_ndcg, pooled_totals, score_list
 from stream_ndcg.query_state import Group, QueryState, Revision, revision_of
 from stream_ndcg.rows import Row, group_row
 from stream_ndcg.vocabulary import (
@@ -54,12 +55,6 @@ FORGET_AFTER_MAX_AGES = 2
 SegmentKeyFn = Callable[[Segment], str]
 
 
-def _lists_complete(group: Group) -> bool:
-    """Whether the group holds every list it counts: what its sums of squares are made of."""
-    return sum(group.lists.values()) == group.impressions
-
-
-
 @dataclass
 class QueryChange:
     """What a batch did to one query's state, so that a store writes only that."""
@@ -68,6 +63,9 @@ class QueryChange:
     groups: set[tuple[int, str]] = field(default_factory=set)
     # Documents whose current grade moved.
     docs: set[str] = field(default_factory=set)
+    # The grade each of them had before the batch (None: none): what the groups' kept sums were
+    # kept with (`group_sums`).
+    before: dict[str, float | None] = field(default_factory=dict)
     # The judgment events the batch added, per document (its grade may or may not have moved).
     revised: dict[str, list[Revision]] = field(default_factory=dict)
     # Documents whose old judgment events were dropped (`Engine._judgment`): stored whole again.
@@ -254,6 +252,7 @@ class Engine:
         todo.revised.setdefault(event.doc_id, []).append(revision)
         if moved[0] != moved[1]:
             todo.docs.add(event.doc_id)
+            todo.before.setdefault(event.doc_id, moved[0])
         if now_ms is not None and self.judgment_max_age_ms is not None and state.forget_revisions(
                 event.doc_id, now_ms - FORGET_AFTER_MAX_AGES * self.judgment_max_age_ms):
             todo.pruned.add(event.doc_id)
@@ -270,24 +269,23 @@ class Engine:
                 change.removed.add(key)
 
     def _recredit(self, state: QueryState, todo: QueryChange, aggregates: dict[AggregateKey, float]) -> None:
-        """Re-credit the groups that new impressions or grade changes can move."""
+        """Re-credit the groups that new impressions or grade changes can move: each by what changed
+        in it (`group_sums`), and under the pool ideal every other one renormalised if the ideal moved."""
         if not todo.groups and not todo.docs:
             return
         grades = state.grades(self.measure.sources)
         pool = self.measure.ideal == "pool"
-        # The pool ideal's gains, once per query rather than once per group recomputed.
-        gains = {doc: self.measure.gain_of(grade) for doc, grade in grades.items()} if pool else {}
-        ideals = {k: ideal_dcg(gains.values(), k) for k in self.measure.cutoffs} if pool else {}
-        renormalise = bool(todo.docs) and pool
+        gains, ideals, renormalise = self._pool(state, todo.docs, grades) if pool else (grades, {}, False)
+        gain_of = self.measure.gain_of
+        before = {doc: None if grade is None else gain_of(grade) for doc, grade in todo.before.items()}
         todo.dirty.update(todo.groups)
         for key, group in state.groups.items():
             if (key in todo.groups or not todo.docs.isdisjoint(group.ranks)
-                    or (MOMENTS not in group.credited and _lists_complete(group))):
-                # New impressions or a grade of one of its documents (its exposure figures go too),
-                # or a group stored before the sums of squares were kept whose lists are all known:
-                # it takes them in (`state.format`).
-                group.forget_exposure()
-                totals = self._totals(group, grades, gains, ideals, todo.docs)
+                    or (MOMENTS not in group.credited and group.lists_complete())):
+                # New impressions or a grade of one of its documents, or a group stored before the
+                # sums of squares were kept whose lists are all known: it takes them in (`state.format`).
+                sums = self._sync(group, gains, before, todo.docs)
+                totals = self._totals(group, sums, grades, gains, ideals, todo.docs)
             elif renormalise:
                 totals = pooled_ndcg(dict(group.credited), group.impressions, ideals)
             else:
@@ -295,23 +293,66 @@ class Engine:
             if self._credit(key, group, totals, aggregates):
                 todo.dirty.add(key)
 
-    def _totals(self, group: Group, grades: Mapping[str, float], gains: Mapping[str, float],
+    def _pool(self, state: QueryState, moved: set[str],
+              grades: Mapping[str, float]) -> tuple[dict[str, float], dict[int, float], bool]:
+        """The query's gains and pool ideal DCGs, kept on its state and moved by the documents whose
+        grade `moved`; and whether the groups must be renormalised (the ideal moved, or is not known
+        to have stayed)."""
+        measure = self.measure
+        made_with = (measure.sources, measure.gain, measure.cutoffs)
+        kept = state.pool
+        if kept is None or kept[0] != made_with:
+            gains = {doc: measure.gain_of(grade) for doc, grade in grades.items()}
+            ideals = {k: ideal_dcg(gains.values(), k) for k in measure.cutoffs}
+            state.pool = (made_with, gains, ideals)
+            return gains, ideals, bool(moved)
+        _, gains, ideals = kept
+        if not moved:
+            return gains, ideals, False
+        for doc in moved:
+            grade = grades.get(doc)
+            if grade is None:
+                gains.pop(doc, None)
+            else:
+                gains[doc] = measure.gain_of(grade)
+        # The k largest gains: a walk over the query's judged documents (not its groups' pairs),
+        # once per batch that moves a grade.
+        moved_ideals = {k: ideal_dcg(gains.values(), k) for k in measure.cutoffs}
+        state.pool = (made_with, gains, moved_ideals)
+        return gains, moved_ideals, moved_ideals != ideals
+
+    def _sync(self, group: Group, gains: Mapping[str, float], before: Mapping[str, float | None],
+              moved: set[str]) -> GroupSums:
+        """The group's kept sums, brought up to its places and the query's gains (made once, afresh,
+        for a group read from the store or kept for another measure)."""
+        made_with = (self.measure.gain, self.measure.ideal)
+        sums = group.sums
+        if sums is None or sums.key != made_with or sums.cutoffs != self.measure.cutoffs:
+            sums = group.sums = GroupSums(group, gains, self.measure.cutoffs, self.measure.ideal == "pool", made_with)
+        else:
+            sums.sync(group, gains, before, moved)
+        return sums
+
+    def _totals(self, group: Group, sums: GroupSums, grades: Mapping[str, float], gains: Mapping[str, float],
                 ideals: Mapping[int, float], moved: set[str]) -> dict[str, float]:
-        """The group's sums, recomputed from its lists and the query's grades (and, under the pool
-        ideal, their `gains`; `moved`: the documents whose grade moved since it was last)."""
+        """The group's sums, from its kept `sums` and, under the list ideal, its lists
+        scored with the query's grades (and, under the pool ideal, their `gains`; `moved`: the
+        documents whose grade moved since it was last)."""
         totals: dict[str, float] = {IMPRESSIONS: float(group.impressions)}
         # Without all its lists (a group of an older state format, or one whose bucket's lists the
         # store could not read), a group's squares are unknown.
-        complete = _lists_complete(group)
+        complete = group.lists_complete()
         if self.measure.ideal == "list":
             totals.update(list_sums(((score_list(ranked, grades, self.measure), count)
                                      for ranked, count in group.lists.items()), self.measure.cutoffs))
             for k in () if complete else self.measure.cutoffs:
                 del totals[dcg_squares_at(k)], totals[ndcg_squares_at(k)]
         else:
-            judged = [(gains[doc], at) for doc, at in group.ranks.items() if doc in gains]
-            squares = group.squares.sums(group.lists, gains, self.measure.cutoffs, moved) if complete else None
-            totals.update(pooled_sums(judged, group.impressions, ideals, squares))
+            dcgs, judged = sums.sums()
+            cutoffs = self.measure.cutoffs
+            squares = group.squares.sums(group.lists, gains, cutoffs, moved) if complete else None
+            totals.update(pooled_totals(dict(zip(cutoffs, dcgs, strict=True)),
+                                        dict(zip(cutoffs, judged, strict=True)), group.impressions, ideals, squares))
         if complete:
             totals[MOMENTS] = float(group.impressions)
         return totals

@@ -4,8 +4,9 @@ Pure, standard library only. A square needs each list's own DCG, which where jud
 stand (all `metric.pooled_sums` reads) does not tell, and scoring every list of a group again
 whenever it takes an impression would cost in proportion to its distinct lists. So a
 `ListSquares` keeps each list's DCGs and the sums: a list shown again adds its square (`added`,
-then `sums`), a grade that moved rescores the lists that show its document, and only a group
-read afresh from the store scores all its lists once. Each sum of the squares (each rounded, as
+then `sums`), a grade that moved rescores the lists that show its document (found through an
+index of them, not by walking the group's lists), and only a group read afresh from the store
+scores all its lists once. Each sum of the squares (each rounded, as
 the replay's are) is kept exact, as a whole number of 2**-1074, so that what is taken out is
 what was put in and the sum is the same number however the lists came: rounded once, when
 asked for.
@@ -54,11 +55,13 @@ def _squares(dcgs: tuple[float, ...], count: int) -> list[int]:
 class ListSquares:
     """One group's lists' DCGs and the exact sums of their squares, per cut-off."""
 
-    __slots__ = ("dcgs", "totals", "pending", "cutoffs")
+    __slots__ = ("dcgs", "showing", "totals", "pending", "cutoffs")
 
     def __init__(self) -> None:
         # list -> its DCG at each cut-off, with the gains of the last `sums`
         self.dcgs: dict[tuple[str, ...], tuple[float, ...]] = {}
+        # document -> the lists of `dcgs` that show it: a moved grade rescores those, not every list.
+        self.showing: dict[str, set[tuple[str, ...]]] = {}
         # Per cut-off, the sum over the lists counted so far; None: nothing counted yet.
         self.totals: list[int] | None = None
         # Impressions of lists taken since the last `sums`, not in `totals` yet.
@@ -75,27 +78,35 @@ class ListSquares:
         """The sums of squares of DCG@k of `lists` (every list of the group, with its count) with
         the query's `gains`; `moved`: the documents whose grade moved since the last call."""
         if self.totals is None or self.cutoffs != cutoffs:
-            self.dcgs, self.cutoffs, self.pending = {}, cutoffs, {}
+            self.dcgs, self.showing, self.cutoffs, self.pending = {}, {}, cutoffs, {}
             totals = [0] * len(cutoffs)
             for ranked, count in lists.items():
-                dcgs = self.dcgs[ranked] = list_dcgs(ranked, gains, cutoffs)
+                dcgs = self._score(ranked, gains)
                 totals = [a + b for a, b in zip(totals, _squares(dcgs, count), strict=True)]
             self.totals = totals
         else:
             totals = self.totals
             pending = self.pending
-            if moved:
-                for ranked, count in lists.items():
-                    counted = count - pending.get(ranked, 0)
-                    if counted and not moved.isdisjoint(ranked):
-                        old, new = self.dcgs[ranked], list_dcgs(ranked, gains, cutoffs)
-                        self.dcgs[ranked] = new
-                        totals = [t - a + b for t, a, b in zip(totals, _squares(old, counted), _squares(new, counted),
-                                                                strict=True)]
+            showing = self.showing
+            rescored = {ranked for doc in moved if doc in showing for ranked in showing[doc]}
+            for ranked in rescored:
+                counted = lists[ranked] - pending.get(ranked, 0)
+                if counted:
+                    old, new = self.dcgs[ranked], list_dcgs(ranked, gains, cutoffs)
+                    self.dcgs[ranked] = new
+                    totals = [t - a + b for t, a, b in zip(totals, _squares(old, counted), _squares(new, counted),
+                                                            strict=True)]
             for ranked, count in pending.items():
                 known = self.dcgs.get(ranked)
                 if known is None:
-                    known = self.dcgs[ranked] = list_dcgs(ranked, gains, cutoffs)
+                    known = self._score(ranked, gains)
                 totals = [a + b for a, b in zip(totals, _squares(known, count), strict=True)]
             self.totals, self.pending = totals, {}
         return {dcg_squares_at(k): rounded(total) for k, total in zip(cutoffs, totals, strict=True)}
+
+    def _score(self, ranked: tuple[str, ...], gains: Mapping[str, float]) -> tuple[float, ...]:
+        """A list taken in: its DCGs, and where its documents are found."""
+        dcgs = self.dcgs[ranked] = list_dcgs(ranked, gains, self.cutoffs)
+        for doc in ranked:
+            self.showing.setdefault(doc, set()).add(ranked)
+        return dcgs

@@ -292,11 +292,29 @@ def pooled_sums(
     # filter per cut-off.
     shown = [(rank, gain_value * count * discounts[rank], count)
              for gain_value, at in judged for rank, count in at.items() if rank <= deepest]
-    sums: dict[str, float] = {}
+    dcgs: dict[int, float] = {}
+    judged_counts: dict[int, int] = {}
     for k in ideals:
         within = [(term, count) for rank, term, count in shown if rank <= k]
-        sums[dcg_at(k)] = math.fsum([term for term, _ in within])
-        sums[judged_at(k)] = sum([count for _, count in within]) / k
+        dcgs[k] = math.fsum([term for term, _ in within])
+        judged_counts[k] = sum([count for _, count in within])
+    return pooled_totals(dcgs, judged_counts, impressions, ideals, squares)
+
+
+def pooled_totals(
+    dcgs: Mapping[int, float],
+    judged: Mapping[int, int],
+    impressions: int,
+    ideals: Mapping[int, float],
+    squares: Mapping[str, float] | None = None,
+) -> dict[str, float]:
+    """The aggregate fields of `impressions` lists sharing the pool ideal, from their DCG sums and
+    the impressions of judged documents within each cut-off (what `pooled_sums` finds from where
+    they stand, and `group_sums` keeps)."""
+    sums: dict[str, float] = {}
+    for k in ideals:
+        sums[dcg_at(k)] = dcgs[k]
+        sums[judged_at(k)] = judged[k] / k
     if squares:
         sums.update(squares)
     return pooled_ndcg(sums, impressions, ideals)
