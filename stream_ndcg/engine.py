@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 from stream_ndcg.events import Click, Event, Impression, InvalidEvent, Judgment
 from stream_ndcg.group_sums import GroupSums
-from stream_ndcg.metric import Measure, ideal_dcg, list_sums, pooled_ndcg, pooled_totals, score_list
+from stream_ndcg.list_terms import ListTerms
+from stream_ndcg.metric import Measure, pooled_ndcg, pooled_totals
 from stream_ndcg.query_state import Group, QueryState, Revision, revision_of
 from stream_ndcg.rows import Row, group_row
 from stream_ndcg.vocabulary import (
@@ -218,6 +219,7 @@ class Engine:
         group.impressions += 1
         ranked = event.results[: self.measure.depth]
         group.add_list(ranked, 1, self.measure.depth)
+        state.shown(key, ranked)
         outcome.lists[(event.query_id, bucket, key[1], ranked)] = (
             outcome.lists.get((event.query_id, bucket, key[1], ranked), 0) + 1)
         todo.groups.add(key)
@@ -275,12 +277,19 @@ class Engine:
             return
         grades = state.grades(self.measure.sources)
         pool = self.measure.ideal == "pool"
-        gains, ideals, renormalise = self._pool(state, todo.docs, grades) if pool else (grades, {}, False)
+        gains, ideals, renormalise = state.pool_gains(self.measure, todo.docs) if pool else (grades, {}, False)
         gain_of = self.measure.gain_of
         before = {doc: None if grade is None else gain_of(grade) for doc, grade in todo.before.items()}
         todo.dirty.update(todo.groups)
-        for key, group in state.groups.items():
-            if (key in todo.groups or not todo.docs.isdisjoint(group.ranks)
+        # Every group once per state read from the store (one stored before the sums of squares may
+        # take them in) and whenever the ideal moved; else those that took impressions or show a
+        # document whose grade moved, found through the query's index of them.
+        walk = renormalise or not state.walked
+        looked_at = list(state.groups.items()) if walk else [
+            (key, state.groups[key]) for key in todo.groups | state.groups_showing(todo.docs) if key in state.groups]
+        state.walked = True
+        for key, group in looked_at:
+            if (key in todo.groups or (todo.docs and any(doc in group.ranks for doc in todo.docs))
                     or (MOMENTS not in group.credited and group.lists_complete())):
                 # New impressions or a grade of one of its documents, or a group stored before the
                 # sums of squares were kept whose lists are all known: it takes them in (`state.format`).
@@ -292,34 +301,6 @@ class Engine:
                 continue
             if self._credit(key, group, totals, aggregates):
                 todo.dirty.add(key)
-
-    def _pool(self, state: QueryState, moved: set[str],
-              grades: Mapping[str, float]) -> tuple[dict[str, float], dict[int, float], bool]:
-        """The query's gains and pool ideal DCGs, kept on its state and moved by the documents whose
-        grade `moved`; and whether the groups must be renormalised (the ideal moved, or is not known
-        to have stayed)."""
-        measure = self.measure
-        made_with = (measure.sources, measure.gain, measure.cutoffs)
-        kept = state.pool
-        if kept is None or kept[0] != made_with:
-            gains = {doc: measure.gain_of(grade) for doc, grade in grades.items()}
-            ideals = {k: ideal_dcg(gains.values(), k) for k in measure.cutoffs}
-            state.pool = (made_with, gains, ideals)
-            return gains, ideals, bool(moved)
-        _, gains, ideals = kept
-        if not moved:
-            return gains, ideals, False
-        for doc in moved:
-            grade = grades.get(doc)
-            if grade is None:
-                gains.pop(doc, None)
-            else:
-                gains[doc] = measure.gain_of(grade)
-        # The k largest gains: a walk over the query's judged documents (not its groups' pairs),
-        # once per batch that moves a grade.
-        moved_ideals = {k: ideal_dcg(gains.values(), k) for k in measure.cutoffs}
-        state.pool = (made_with, gains, moved_ideals)
-        return gains, moved_ideals, moved_ideals != ideals
 
     def _sync(self, group: Group, gains: Mapping[str, float], before: Mapping[str, float | None],
               moved: set[str]) -> GroupSums:
@@ -343,8 +324,11 @@ class Engine:
         # store could not read), a group's squares are unknown.
         complete = group.lists_complete()
         if self.measure.ideal == "list":
-            totals.update(list_sums(((score_list(ranked, grades, self.measure), count)
-                                     for ranked, count in group.lists.items()), self.measure.cutoffs))
+            terms = group.terms
+            if terms is None or terms.key != self.measure or terms.lists_of is not group.lists:
+                terms = group.terms = ListTerms(group.lists, grades, self.measure)
+                moved = set()
+            totals.update(terms.sync(group.lists, grades, self.measure, moved))
             for k in () if complete else self.measure.cutoffs:
                 del totals[dcg_squares_at(k)], totals[ndcg_squares_at(k)]
         else:

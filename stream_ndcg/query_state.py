@@ -10,13 +10,14 @@ stands. The engine (`engine`) changes them; the state store (`state.format`) wri
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stream_ndcg.events import Judgment, revision_precedence
 from stream_ndcg.group_sums import GroupSums
 from stream_ndcg.list_squares import ListSquares
-from stream_ndcg.metric import first_occurrences
+from stream_ndcg.list_terms import ListTerms
+from stream_ndcg.metric import Measure, first_occurrences, ideal_dcg
 
 # (ts, event_id, grade, source): one judgment event of a (query, document) pair.
 Revision = tuple[int, str | None, float | None, str]
@@ -62,6 +63,8 @@ class Group:
     # rank -> impressions with a document there: the ranks summed over documents, derived on first
     # use and then kept up to date (`shown_at`).
     _shown_at: dict[int, int] | None = field(default=None, repr=False, compare=False)
+    # Under the list ideal, its lists' scores and the sums of their terms, kept up to date.
+    terms: ListTerms | None = field(default=None, repr=False, compare=False)
     # Its sums kept as it changes (`group_sums`): made by the engine on its first re-credit, and
     # told of every place added since (`add_list`).
     sums: GroupSums | None = field(default=None, repr=False, compare=False)
@@ -79,6 +82,8 @@ class Group:
         self.lists[ranked] = self.lists.get(ranked, 0) + count
         self._listed += count
         self.squares.added(ranked, count)
+        if self.terms is not None:
+            self.terms.added(ranked, count)
         shown = self._shown_at
         sums = self.sums
         for rank, doc in first_occurrences(ranked, depth):
@@ -135,6 +140,54 @@ class QueryState:
     # they were made with: kept up to date by the documents whose grade moves, never found again
     # for every batch.
     pool: tuple[object, dict[str, float], dict[int, float]] | None = field(default=None, repr=False, compare=False)
+    # document -> the keys of the groups that show it (some perhaps expired since), made on first use.
+    _groups_of: dict[str, set[tuple[int, str]]] | None = field(default=None, repr=False, compare=False)
+    # Whether the engine has looked at every group of this state once (`Engine._recredit`).
+    walked: bool = field(default=False, repr=False, compare=False)
+
+    def shown(self, key: tuple[int, str], ranked: tuple[str, ...]) -> None:
+        """Group `key` took a list: its documents are found in it (`groups_showing`)."""
+        if self._groups_of is not None:
+            for doc in ranked:
+                self._groups_of.setdefault(doc, set()).add(key)
+
+    def groups_showing(self, docs: Iterable[str]) -> set[tuple[int, str]]:
+        """The keys of the groups that show any of `docs`."""
+        if self._groups_of is None:
+            self._groups_of = {}
+            for key, group in self.groups.items():
+                for doc in group.ranks:
+                    self._groups_of.setdefault(doc, set()).add(key)
+        found: set[tuple[int, str]] = set()
+        for doc in docs:
+            found.update(key for key in self._groups_of.get(doc, ()) if key in self.groups)
+        return found
+
+    def pool_gains(self, measure: Measure, moved: set[str]) -> tuple[dict[str, float], dict[int, float], bool]:
+        """The gains of the graded documents and the pool ideal DCGs, kept here (`pool`) and moved
+        by the documents whose grade `moved`; and whether the groups must be renormalised (the
+        ideal moved, or is not known to have stayed)."""
+        made_with = (measure.sources, measure.gain, measure.cutoffs)
+        grades = self.grades(measure.sources)
+        if self.pool is None or self.pool[0] != made_with:
+            gains = {doc: measure.gain_of(grade) for doc, grade in grades.items()}
+            ideals = {k: ideal_dcg(gains.values(), k) for k in measure.cutoffs}
+            self.pool = (made_with, gains, ideals)
+            return gains, ideals, bool(moved)
+        _, gains, ideals = self.pool
+        if not moved:
+            return gains, ideals, False
+        for doc in moved:
+            grade = grades.get(doc)
+            if grade is None:
+                gains.pop(doc, None)
+            else:
+                gains[doc] = measure.gain_of(grade)
+        # The k largest gains: a walk over the query's judged documents (not its groups' places),
+        # once per batch that moves a grade.
+        moved_ideals = {k: ideal_dcg(gains.values(), k) for k in measure.cutoffs}
+        self.pool = (made_with, gains, moved_ideals)
+        return gains, moved_ideals, moved_ideals != ideals
 
     def winners(self, doc: str) -> dict[str, Revision]:
         """The document's greatest revision of each source that judged it (shared: do not change it)."""
