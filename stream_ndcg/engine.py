@@ -219,7 +219,6 @@ class Engine:
         group.impressions += 1
         ranked = event.results[: self.measure.depth]
         group.add_list(ranked, 1, self.measure.depth)
-        state.shown(key, ranked)
         outcome.lists[(event.query_id, bucket, key[1], ranked)] = (
             outcome.lists.get((event.query_id, bucket, key[1], ranked), 0) + 1)
         todo.groups.add(key)
@@ -282,11 +281,11 @@ class Engine:
         before = {doc: None if grade is None else gain_of(grade) for doc, grade in todo.before.items()}
         todo.dirty.update(todo.groups)
         # Every group once per state read from the store (one stored before the sums of squares may
-        # take them in) and whenever the ideal moved; else those that took impressions or show a
-        # document whose grade moved, found through the query's index of them.
-        walk = renormalise or not state.walked
+        # take them in) and whenever a grade moved (under the pool ideal each is renormalised if
+        # the ideal moved: a look at each, not at its places); else only those that took impressions.
+        walk = bool(todo.docs) or not state.walked
         looked_at = list(state.groups.items()) if walk else [
-            (key, state.groups[key]) for key in todo.groups | state.groups_showing(todo.docs) if key in state.groups]
+            (key, state.groups[key]) for key in todo.groups if key in state.groups]
         state.walked = True
         for key, group in looked_at:
             if (key in todo.groups or (todo.docs and any(doc in group.ranks for doc in todo.docs))
@@ -332,7 +331,7 @@ class Engine:
             for k in () if complete else self.measure.cutoffs:
                 del totals[dcg_squares_at(k)], totals[ndcg_squares_at(k)]
         else:
-            dcgs, judged = sums.sums()
+            dcgs, judged = sums.totals()
             cutoffs = self.measure.cutoffs
             squares = group.squares.sums(group.lists, gains, cutoffs, moved) if complete else None
             totals.update(pooled_totals(dict(zip(cutoffs, dcgs, strict=True)),

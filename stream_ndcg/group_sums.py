@@ -16,7 +16,7 @@ ever the end of a chain of float additions.
 
 The one walk over a group's documents left: the most exposure one unjudged document holds is a
 maximum, which a document's judgment can take away; when the document holding it is judged, the
-maximum is found again on the next read (`exposure`).
+maximum is found again on the next read (`exposure`), and so it is on a group's first read.
 """
 
 from __future__ import annotations
@@ -43,24 +43,22 @@ class Placed(Protocol):
 
 
 @functools.cache
-def rank_table(cutoffs: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    """The cut-offs' positions from the largest down, and the discount of every rank up to it."""
-    return (tuple(sorted(range(len(cutoffs)), key=lambda i: -cutoffs[i])),
+def rank_table(cutoffs: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], ...], tuple[float, ...]]:
+    """Per rank up to the largest cut-off: the positions of the cut-offs that reach it, and its discount."""
+    return (tuple(tuple(i for i, k in enumerate(cutoffs) if 0 < rank <= k) for rank in range(max(cutoffs) + 1)),
             tuple(discount(rank) if rank else 0.0 for rank in range(max(cutoffs) + 1)))
 
 
 def discounted_by_cutoff(counts: Mapping[int, int], cutoffs: tuple[int, ...]) -> list[float]:
     """Per cut-off: the sum over ranks r <= k of counts[r] * discount(r), in the order of `counts`."""
-    order, weights = rank_table(cutoffs)
+    reach, weights = rank_table(cutoffs)
     deepest = len(weights) - 1
     sums = [0.0] * len(cutoffs)
     for rank, count in counts.items():
         if rank > deepest or not count:
             continue
         weight = count * weights[rank]
-        for i in order:
-            if rank > cutoffs[i]:
-                break
+        for i in reach[rank]:
             sums[i] += weight
     return sums
 
@@ -68,7 +66,9 @@ def discounted_by_cutoff(counts: Mapping[int, int], cutoffs: tuple[int, ...]) ->
 class GroupSums:
     """One group's sums, as of the gains it was last synced with (`sync`)."""
 
-    __slots__ = ("key", "cutoffs", "pooled", "dcg", "judged", "unjudged_at", "pending", "top", "top_doc", "stale")
+    # Few attributes and no list per figure: a cache holds one of these per group, and each object
+    # the collector walks costs every full collection.
+    __slots__ = ("key", "cutoffs", "table", "pooled", "sums", "unjudged_at", "pending", "top")
 
     def __init__(self, group: Placed, gains: GainOf, cutoffs: tuple[int, ...], pooled: bool,
                  key: object = None) -> None:
@@ -76,20 +76,20 @@ class GroupSums:
         what the gains were made with (a measure's), for the caller to know the sums its own."""
         self.key = key
         self.cutoffs = cutoffs
+        self.table = rank_table(cutoffs)
         # Whether the DCG sums are kept (the pool ideal's); the exposure figures always are.
         self.pooled = pooled
-        width = len(cutoffs)
-        # Per cut-off: the exact DCG sum, and the impressions of judged documents within it.
-        self.dcg = [0] * width
-        self.judged = [0] * width
+        # Per cut-off the exact DCG sum, then per cut-off the impressions of judged documents within it.
+        self.sums = [0] * (2 * len(cutoffs))
         # rank -> impressions with an unjudged document there.
         self.unjudged_at: dict[int, int] = {}
-        # (document, rank) -> impressions the group took there since the last `sync`.
-        self.pending: dict[tuple[str, int], int] = {}
-        self.top = [0.0] * width
-        self.top_doc: list[str | None] = [None] * width
-        # Whether the document holding a maximum was judged: found again on the next read.
-        self.stale = True
+        # document -> rank -> impressions the group took there since the last `sync` (`Group.add_list`;
+        # a dict per document rather than a tuple per place: dicts of numbers are no work for the
+        # collector).
+        self.pending: dict[str, dict[int, int]] = {}
+        # Per cut-off, the most exposure one unjudged document holds, and which; None: to be found
+        # (the document holding one was judged, or nothing was read yet).
+        self.top: tuple[tuple[float, str | None], ...] | None = None
         deepest = max(cutoffs)
         for doc, at in group.ranks.items():
             gain = gains.get(doc)
@@ -97,26 +97,26 @@ class GroupSums:
                 if rank <= deepest:
                     self._place(gain, rank, 0, count)
 
-    def added(self, doc: str, rank: int, count: int) -> None:
-        """The group took `count` impressions showing `doc` at `rank` (its places already counted)."""
-        key = (doc, rank)
-        self.pending[key] = self.pending.get(key, 0) + count
-
     def sync(self, group: Placed, gains: GainOf, before: GainsBefore, moved: Set[str]) -> None:
         """Take in the impressions added since the last sync, with the gains the sums were kept with
         (`before` for the documents whose grade moved since, `gains` for the others), then the moves
         of `moved`: each place of a moved document's term replaced."""
         deepest = max(self.cutoffs)
-        candidates: set[str] = set()
+        grown: list[str] = []
         ranks = group.ranks
-        for (doc, rank), count in self.pending.items():
-            if rank > deepest:
-                continue
+        unjudged_at = self.unjudged_at
+        for doc, added in self.pending.items():
             gain = before.get(doc) if doc in moved else gains.get(doc)
-            now = ranks[doc][rank]
-            self._place(gain, rank, now - count, now)
             if gain is None:
-                candidates.add(doc)
+                for rank, count in added.items():
+                    if rank <= deepest:
+                        unjudged_at[rank] = unjudged_at.get(rank, 0) + count
+                grown.append(doc)
+                continue
+            shown = ranks[doc]
+            for rank, count in added.items():
+                if rank <= deepest:
+                    self._place(gain, rank, shown[rank] - count, shown[rank])
         self.pending = {}
         for doc in moved:
             at = ranks.get(doc)
@@ -130,40 +130,54 @@ class GroupSums:
                     self._place(old, rank, count, 0)
                     self._place(new, rank, 0, count)
             if new is None:
-                candidates.add(doc)
-            elif doc in self.top_doc:
-                self.stale = True
-        if not self.stale:
-            for doc in candidates:
-                if doc not in gains:
-                    self._offer(doc, ranks[doc])
+                grown.append(doc)
+            elif self.top is not None and any(doc == held for _, held in self.top):
+                self.top = None
+        if self.top is not None:
+            self._offer([doc for doc in grown if doc not in gains], ranks)
 
     def _place(self, gain: float | None, rank: int, was: int, now: int) -> None:
         """The impressions at one place of one document went from `was` to `now`."""
         if gain is None:
             self.unjudged_at[rank] = self.unjudged_at.get(rank, 0) + now - was
             return
-        cutoffs = self.cutoffs
+        reach, weights = self.table
+        sums = self.sums
         if self.pooled:
             # As `pooled_sums` forms each term: gain * count, then * discount.
-            term = exact(gain * now * discount(rank)) - exact(gain * was * discount(rank))
-            for i, k in enumerate(cutoffs):
-                if rank <= k:
-                    self.dcg[i] += term
-        for i, k in enumerate(cutoffs):
-            if rank <= k:
-                self.judged[i] += now - was
+            term = exact(gain * now * weights[rank]) - (exact(gain * was * weights[rank]) if was else 0)
+            for i in reach[rank]:
+                sums[i] += term
+        width = len(self.cutoffs)
+        for i in reach[rank]:
+            sums[width + i] += now - was
 
-    def _offer(self, doc: str, at: Mapping[int, int]) -> None:
-        """An unjudged document's exposure grew, or it became unjudged: the most one holds may be it."""
-        held = discounted_by_cutoff(at, self.cutoffs)
-        for i, value in enumerate(held):
-            if value > self.top[i]:
-                self.top[i], self.top_doc[i] = value, doc
+    def _offer(self, docs: list[str], ranks: Mapping[str, Mapping[int, int]]) -> tuple[tuple[float, str | None], ...]:
+        """Unjudged documents whose exposure grew, or that became unjudged: the most one holds may be theirs."""
+        cutoffs = self.cutoffs
+        reach, weights = self.table
+        top = list(self.top or [(0.0, None)] * len(cutoffs))
+        for doc in docs:
+            at = ranks[doc]
+            if len(at) == 1:
+                # Most documents stand at one rank of a group: their exposure is one term.
+                ((rank, count),) = at.items()
+                if rank < len(weights):
+                    held = count * weights[rank]
+                    for i in reach[rank]:
+                        if held > top[i][0]:
+                            top[i] = (held, doc)
+                continue
+            for i, value in enumerate(discounted_by_cutoff(at, cutoffs)):
+                if value > top[i][0]:
+                    top[i] = (value, doc)
+        self.top = tuple(top)
+        return self.top
 
-    def sums(self) -> tuple[list[float], list[int]]:
+    def totals(self) -> tuple[list[float], list[int]]:
         """Per cut-off: the DCG sum (rounded once) and the impressions of judged documents within it."""
-        return [rounded(total) for total in self.dcg], list(self.judged)
+        width = len(self.cutoffs)
+        return [rounded(total) for total in self.sums[:width]], self.sums[width:]
 
     def exposure(self, group: Placed, gains: GainOf) -> tuple[float, ...]:
         """Per cut-off: the group's top-k exposure, the part unjudged documents hold, and the most
@@ -173,9 +187,7 @@ class GroupSums:
         exposure = discounted_by_cutoff({rank: shown[rank] for rank in sorted(shown)}, cutoffs)
         unjudged = discounted_by_cutoff({rank: self.unjudged_at[rank] for rank in sorted(self.unjudged_at)},
                                         cutoffs)
-        if self.stale:
-            self.top, self.top_doc, self.stale = [0.0] * len(cutoffs), [None] * len(cutoffs), False
-            for doc, at in group.ranks.items():
-                if doc not in gains:
-                    self._offer(doc, at)
-        return tuple(value for i in range(len(cutoffs)) for value in (exposure[i], unjudged[i], self.top[i]))
+        top = self.top
+        if top is None:
+            top = self._offer([doc for doc in group.ranks if doc not in gains], group.ranks)
+        return tuple(value for i in range(len(cutoffs)) for value in (exposure[i], unjudged[i], top[i][0]))

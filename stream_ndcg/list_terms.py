@@ -5,7 +5,7 @@ group's sums are `metric.list_sums` of its lists scored one by one; scoring ever
 again whenever it takes an impression would cost in proportion to its distinct lists. So a
 `ListTerms` keeps each list's score and the sums of their terms: a list shown again moves its
 terms from its old count to its new (`added`, then `sync`), a grade that moved rescores the
-lists that show its document (found through an index of them), and only a group read afresh
+lists that show its document (found through `list_squares.ListIndex`), and only a group read afresh
 from the store scores all its lists once.
 
 Exact by construction: each sum is kept as a whole number of 2**-1074 (`window_sums.exact`) of
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Set
 
+from stream_ndcg.list_squares import ListIndex
 from stream_ndcg.metric import Measure, score_list
 from stream_ndcg.vocabulary import dcg_at, dcg_squares_at, judged_at, ndcg_at, ndcg_squares_at, scored_at
 from stream_ndcg.window_sums import exact, rounded
@@ -51,8 +52,8 @@ class ListTerms:
         self.cutoffs = measure.cutoffs
         # list -> its score with the grades of the last `sync`
         self.scores: dict[tuple[str, ...], Score] = {}
-        # document -> the lists of `scores` that show it
-        self.showing: dict[str, set[tuple[str, ...]]] = {}
+        # Where the lists of `scores` show each document.
+        self.showing = ListIndex()
         self.totals = [0] * (len(_FIELDS) * len(measure.cutoffs))
         # Impressions of lists taken since the last `sync`, not in `totals` yet.
         self.pending: dict[tuple[str, ...], int] = {}
@@ -69,8 +70,8 @@ class ListTerms:
              moved: Set[str]) -> dict[str, float]:
         """The sums of `lists` (every list of the group, with its count) with the query's `grades`;
         `moved`: the documents whose grade moved since the last call."""
-        pending, showing = self.pending, self.showing
-        for ranked in {ranked for doc in moved if doc in showing for ranked in showing[doc]}:
+        pending = self.pending
+        for ranked in self.showing.showing(moved, self.scores.keys()):
             counted = lists[ranked] - pending.get(ranked, 0)
             self._move(self.scores[ranked], counted, -1)
             self._move(self._score(ranked, grades, measure), counted, 1)
@@ -100,6 +101,5 @@ class ListTerms:
         scored = score_list(ranked, grades, measure)
         score = self.scores[ranked] = tuple((scored.dcg[k], scored.ndcg[k], scored.judged_ratio[k])
                                             for k in measure.cutoffs)
-        for doc in ranked:
-            self.showing.setdefault(doc, set()).add(ranked)
+        self.showing.added(ranked)
         return score

@@ -10,7 +10,7 @@ stands. The engine (`engine`) changes them; the state store (`state.format`) wri
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stream_ndcg.events import Judgment, revision_precedence
@@ -92,7 +92,12 @@ class Group:
             if shown is not None:
                 shown[rank] = shown.get(rank, 0) + count
             if sums is not None:
-                sums.added(doc, rank, count)
+                # What `GroupSums.sync` takes in (a method call per place costs as much as the rest).
+                added = sums.pending.get(doc)
+                if added is None:
+                    sums.pending[doc] = {rank: count}
+                else:
+                    added[rank] = added.get(rank, 0) + count
 
     def lists_complete(self) -> bool:
         """Whether the group holds every list it counts: what its sums of squares are made of."""
@@ -140,28 +145,8 @@ class QueryState:
     # they were made with: kept up to date by the documents whose grade moves, never found again
     # for every batch.
     pool: tuple[object, dict[str, float], dict[int, float]] | None = field(default=None, repr=False, compare=False)
-    # document -> the keys of the groups that show it (some perhaps expired since), made on first use.
-    _groups_of: dict[str, set[tuple[int, str]]] | None = field(default=None, repr=False, compare=False)
     # Whether the engine has looked at every group of this state once (`Engine._recredit`).
     walked: bool = field(default=False, repr=False, compare=False)
-
-    def shown(self, key: tuple[int, str], ranked: tuple[str, ...]) -> None:
-        """Group `key` took a list: its documents are found in it (`groups_showing`)."""
-        if self._groups_of is not None:
-            for doc in ranked:
-                self._groups_of.setdefault(doc, set()).add(key)
-
-    def groups_showing(self, docs: Iterable[str]) -> set[tuple[int, str]]:
-        """The keys of the groups that show any of `docs`."""
-        if self._groups_of is None:
-            self._groups_of = {}
-            for key, group in self.groups.items():
-                for doc in group.ranks:
-                    self._groups_of.setdefault(doc, set()).add(key)
-        found: set[tuple[int, str]] = set()
-        for doc in docs:
-            found.update(key for key in self._groups_of.get(doc, ()) if key in self.groups)
-        return found
 
     def pool_gains(self, measure: Measure, moved: set[str]) -> tuple[dict[str, float], dict[int, float], bool]:
         """The gains of the graded documents and the pool ideal DCGs, kept here (`pool`) and moved

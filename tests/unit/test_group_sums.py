@@ -57,7 +57,7 @@ def test_kept_sums_equal_the_sums_from_scratch_bit_for_bit(
             before = {}
             fresh = pooled_sums(((gains[d], at) for d, at in group.ranks.items() if d in gains),
                                 max(1, sum(group.lists.values())), {k: 1.0 for k in CUTOFFS})
-            dcgs, judged = group.sums.sums()
+            dcgs, judged = group.sums.totals()
             assert dcgs == [fresh[dcg_at(k)] for k in CUTOFFS]
             assert [count / k for count, k in zip(judged, CUTOFFS, strict=True)] == [
                 fresh[judged_at(k)] for k in CUTOFFS]
@@ -176,8 +176,6 @@ def _group_of(lists: int, ideal: Ideal) -> tuple[Engine, dict[str, QueryState], 
     (group,) = states["q"].groups.values()
     group.ranks, group.lists = _Walked(group.ranks), _Walked(group.lists)
     group.lists_complete()
-    # The query's index of where its documents are shown: made once per state read, as the sums are.
-    states["q"].groups_showing(())
     if group.terms is not None:
         group.terms.lists_of = group.lists
     _Walked.walks = 0
@@ -198,7 +196,8 @@ def test_an_impression_costs_its_lists_places_whatever_the_group_holds(
                         "results": shown}).encode()
     outcome = engine.apply(parsed([event]), states, {})
     assert outcome.rows and _Walked.walks == 0
-    assert counted.calls["_place"] == 10
+    # A term for each of its judged places (d0, d2, d4, d6, d8); the others only counted at their rank.
+    assert counted.calls["_place"] == 5
     # The new list scored once (its squares under the pool ideal, its terms under the list's).
     assert counted.calls.get("list_dcgs", 0) + counted.calls.get("score_list", 0) == 1
 
@@ -232,9 +231,9 @@ def test_the_walk_left_is_the_most_exposed_unjudged_documents_judgment() -> None
     group.add_list(("c",), 2, 10)
     sums.sync(group, {}, {}, set())
     # "c" now holds the most: found from its own places, nothing else walked.
-    assert (sums.top_doc, sums.stale) == (["c"], False)
+    assert sums.top is not None and sums.top[0][1] == "c"
     sums.sync(group, {"c": 1.0}, {"c": None}, {"c"})
-    assert sums.stale
+    assert sums.top is None
     assert sums.exposure(group, {"c": 1.0}) == GroupSums(group, {"c": 1.0}, (3,), pooled=False).exposure(
         group, {"c": 1.0})
-    assert sums.top_doc == ["b"] and not sums.stale
+    assert sums.top is not None and sums.top[0][1] == "b"
