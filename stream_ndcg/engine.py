@@ -6,8 +6,12 @@ the store writes that back (atomically, with the consumed offsets, in the
 service). The engine never walks impressions: impressions of one query in one
 time bucket and one segment form a `Group` that keeps each distinct ranked
 list once, with a count, and an index of where each document stands in them.
-A judgment therefore costs in proportion to the query's groups and the
-distinct lists that show the document, never to its raw impressions.
+Nor does it walk a group's places on an event: each group keeps its sums as it
+changes (`group_sums`; `list_terms` under the list ideal; `list_squares` for
+the sums of squares), so an impression costs its list's places, a judgment
+the places its document is shown and the distinct lists that show it, and
+under the pool ideal a moved ideal a division per group of the query. Only a
+group read afresh from the store is walked whole, once.
 
 Aggregates are flat sums keyed by (bucket, segment key, field), the fields
 and the event counts named in `vocabulary`; `windows` turns them into means.
