@@ -22,14 +22,16 @@ maximum is found again on the next read (`exposure`), and so it is on a group's 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Set
+from collections.abc import Iterable, Mapping, Set
 from typing import Protocol
 
-from stream_ndcg.metric import discount
+from stream_ndcg.metric import discount, first_occurrences
 from stream_ndcg.window_sums import exact, rounded
 
 # A judged document's gain (a document not in it is not judged).
 GainOf = Mapping[str, float]
+# Per cut-off, the most exposure one unjudged document holds, and which (None: none).
+Top = tuple[tuple[float, str | None], ...]
 # The gains the sums were kept with, of the documents whose grade moved since: None, not judged.
 GainsBefore = Mapping[str, float | None]
 
@@ -47,20 +49,6 @@ def rank_table(cutoffs: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], ...], t
     """Per rank up to the largest cut-off: the positions of the cut-offs that reach it, and its discount."""
     return (tuple(tuple(i for i, k in enumerate(cutoffs) if 0 < rank <= k) for rank in range(max(cutoffs) + 1)),
             tuple(discount(rank) if rank else 0.0 for rank in range(max(cutoffs) + 1)))
-
-
-def discounted_by_cutoff(counts: Mapping[int, int], cutoffs: tuple[int, ...]) -> list[float]:
-    """Per cut-off: the sum over ranks r <= k of counts[r] * discount(r), in the order of `counts`."""
-    reach, weights = rank_table(cutoffs)
-    deepest = len(weights) - 1
-    sums = [0.0] * len(cutoffs)
-    for rank, count in counts.items():
-        if rank > deepest or not count:
-            continue
-        weight = count * weights[rank]
-        for i in reach[rank]:
-            sums[i] += weight
-    return sums
 
 
 class GroupSums:
@@ -83,13 +71,11 @@ class GroupSums:
         self.sums = [0] * (2 * len(cutoffs))
         # rank -> impressions with an unjudged document there.
         self.unjudged_at: dict[int, int] = {}
-        # document -> rank -> impressions the group took there since the last `sync` (`Group.add_list`;
-        # a dict per document rather than a tuple per place: dicts of numbers are no work for the
-        # collector).
-        self.pending: dict[str, dict[int, int]] = {}
+        # The lists the group took since the last `sync`, with their counts (`Group.add_list`).
+        self.pending: list[tuple[tuple[str, ...], int]] = []
         # Per cut-off, the most exposure one unjudged document holds, and which; None: to be found
         # (the document holding one was judged, or nothing was read yet).
-        self.top: tuple[tuple[float, str | None], ...] | None = None
+        self.top: Top | None = None
         deepest = max(cutoffs)
         for doc, at in group.ranks.items():
             gain = gains.get(doc)
@@ -105,19 +91,19 @@ class GroupSums:
         grown: list[str] = []
         ranks = group.ranks
         unjudged_at = self.unjudged_at
-        for doc, added in self.pending.items():
-            gain = before.get(doc) if doc in moved else gains.get(doc)
-            if gain is None:
-                for rank, count in added.items():
-                    if rank <= deepest:
-                        unjudged_at[rank] = unjudged_at.get(rank, 0) + count
-                grown.append(doc)
-                continue
-            shown = ranks[doc]
-            for rank, count in added.items():
-                if rank <= deepest:
-                    self._place(gain, rank, shown[rank] - count, shown[rank])
-        self.pending = {}
+        # (document, rank) -> impressions added there, of the judged places: each one's term moves once.
+        judged: dict[tuple[str, int], int] = {}
+        for ranked, count in self.pending:
+            for rank, doc in first_occurrences(ranked, deepest):
+                if (before.get(doc) if doc in moved else gains.get(doc)) is None:
+                    unjudged_at[rank] = unjudged_at.get(rank, 0) + count
+                    grown.append(doc)
+                else:
+                    judged[(doc, rank)] = judged.get((doc, rank), 0) + count
+        self.pending = []
+        for (doc, rank), count in judged.items():
+            now = ranks[doc][rank]
+            self._place(before.get(doc) if doc in moved else gains.get(doc), rank, now - count, now)
         for doc in moved:
             at = ranks.get(doc)
             if at is None:
@@ -134,7 +120,7 @@ class GroupSums:
             elif self.top is not None and any(doc == held for _, held in self.top):
                 self.top = None
         if self.top is not None:
-            self._offer([doc for doc in grown if doc not in gains], ranks)
+            self._offer([doc for doc in dict.fromkeys(grown) if doc not in gains], ranks)
 
     def _place(self, gain: float | None, rank: int, was: int, now: int) -> None:
         """The impressions at one place of one document went from `was` to `now`."""
@@ -152,25 +138,34 @@ class GroupSums:
         for i in reach[rank]:
             sums[width + i] += now - was
 
-    def _offer(self, docs: list[str], ranks: Mapping[str, Mapping[int, int]]) -> tuple[tuple[float, str | None], ...]:
-        """Unjudged documents whose exposure grew, or that became unjudged: the most one holds may be theirs."""
-        cutoffs = self.cutoffs
+    def _offer(self, docs: Iterable[str], ranks: Mapping[str, Mapping[int, int]]) -> Top:
+        """Unjudged documents whose exposure grew, or that became unjudged: the most one holds may be
+        theirs. A document's exposure is summed over its ranks in their order in `ranks`, so that it
+        is the same number however it was reached."""
+        width = len(self.cutoffs)
         reach, weights = self.table
-        top = list(self.top or [(0.0, None)] * len(cutoffs))
+        deepest = len(weights) - 1
+        top = list(self.top or [(0.0, None)] * width)
         for doc in docs:
             at = ranks[doc]
             if len(at) == 1:
                 # Most documents stand at one rank of a group: their exposure is one term.
                 ((rank, count),) = at.items()
-                if rank < len(weights):
+                if rank <= deepest:
                     held = count * weights[rank]
                     for i in reach[rank]:
                         if held > top[i][0]:
                             top[i] = (held, doc)
                 continue
-            for i, value in enumerate(discounted_by_cutoff(at, cutoffs)):
-                if value > top[i][0]:
-                    top[i] = (value, doc)
+            sums = [0.0] * width
+            for rank, count in at.items():
+                if rank <= deepest:
+                    weight = count * weights[rank]
+                    for i in reach[rank]:
+                        sums[i] += weight
+            for i in range(width):
+                if sums[i] > top[i][0]:
+                    top[i] = (sums[i], doc)
         self.top = tuple(top)
         return self.top
 
@@ -184,9 +179,21 @@ class GroupSums:
         one unjudged document holds (`rows.group_row` writes them)."""
         cutoffs = self.cutoffs
         shown = group.shown_at()
-        exposure = discounted_by_cutoff({rank: shown[rank] for rank in sorted(shown)}, cutoffs)
-        unjudged = discounted_by_cutoff({rank: self.unjudged_at[rank] for rank in sorted(self.unjudged_at)},
-                                        cutoffs)
+        reach, weights = self.table
+        # Rank by rank, from the top: each figure the same number however its counts came.
+        exposure = [0.0] * len(cutoffs)
+        unjudged = [0.0] * len(cutoffs)
+        for rank in range(1, len(weights)):
+            count = shown.get(rank)
+            if count:
+                weight = count * weights[rank]
+                for i in reach[rank]:
+                    exposure[i] += weight
+            count = self.unjudged_at.get(rank)
+            if count:
+                weight = count * weights[rank]
+                for i in reach[rank]:
+                    unjudged[i] += weight
         top = self.top
         if top is None:
             top = self._offer([doc for doc in group.ranks if doc not in gains], group.ranks)
