@@ -125,14 +125,17 @@ class ListSquares:
                 counted = lists[ranked] - pending.get(ranked, 0)
                 if counted:
                     old, new = self.dcgs[ranked], list_dcgs(ranked, gains, cutoffs)
-                    self.dcgs[ranked] = new
-                    totals = [t - a + b for t, a, b in zip(totals, _squares(old, counted), _squares(new, counted),
-                                                            strict=True)]
+                    if old != new:
+                        self.dcgs[ranked] = new
+                        totals = [t - a + b for t, a, b in zip(totals, _squares(old, counted), _squares(new, counted),
+                                                                strict=True)]
             for ranked, count in pending.items():
                 known = self.dcgs.get(ranked)
                 if known is None:
                     known = self._score(ranked, gains)
-                totals = [a + b for a, b in zip(totals, _squares(known, count), strict=True)]
+                # Most lists of a query with few judgments score 0 at every cut-off: they add nothing.
+                if any(known):
+                    totals = [a + b for a, b in zip(totals, _squares(known, count), strict=True)]
             self.totals, self.pending = totals, {}
         return {dcg_squares_at(k): rounded(total) for k, total in zip(cutoffs, totals, strict=True)}
 
