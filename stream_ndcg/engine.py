@@ -281,8 +281,11 @@ class Engine:
         grades = state.grades(self.measure.sources)
         pool = self.measure.ideal == "pool"
         gains, ideals, renormalise = state.pool_gains(self.measure, todo.docs) if pool else (grades, {}, False)
+        # What the groups' kept sums were kept with, in the same terms as `gains` (grades under the list
+        # ideal, whose kept sums need only know which documents are judged).
         gain_of = self.measure.gain_of
-        before = {doc: None if grade is None else gain_of(grade) for doc, grade in todo.before.items()}
+        before: Mapping[str, float | None] = {doc: None if grade is None else gain_of(grade)
+                                              for doc, grade in todo.before.items()} if pool else todo.before
         todo.dirty.update(todo.groups)
         # Every group once per state read from the store (one stored before the sums of squares may
         # take them in) and whenever a grade moved (under the pool ideal each is renormalised if

@@ -4,7 +4,8 @@ Pure, standard library only. `metric.pooled_sums` finds a group's sums from ever
 document is shown in it, and `query_state.Group.exposure` its exposure from every document; doing
 either again whenever the group takes an impression would cost in proportion to its pairs. So a
 `GroupSums` keeps them, and each change costs only what it touches: an impression its list's
-places (`added`, then `sync`), a grade that moved the places its document is shown in the group.
+places (`Group.add_list` leaves the list for `sync`), a grade that moved the places its document
+is shown in the group.
 
 Exact by construction, never by luck: every DCG sum is kept as a whole number of 2**-1074 (as
 `list_squares` keeps the squares), each of its terms the same double `pooled_sums` sums (gain *
@@ -16,7 +17,9 @@ ever the end of a chain of float additions.
 
 The one walk over a group's documents left: the most exposure one unjudged document holds is a
 maximum, which a document's judgment can take away; when the document holding it is judged, the
-maximum is found again on the next read (`exposure`), and so it is on a group's first read.
+maximum is found again on the next read (`exposure`), and so it is on a group's first read. Each
+document's exposure is summed over its ranks in their order in the group's index, the same
+number whether found then or when the document's impressions grew.
 """
 
 from __future__ import annotations
