@@ -4,7 +4,9 @@ Standard library only (and the package's names, `vocabulary`). Everything the
 service reports is one of these functions applied to a ranked list and the
 judgments known for its query, summed over impressions into the aggregate
 fields by `list_sums` (lists scored one by one) or `pooled_sums` (many lists at
-once, from where their judged documents stand).
+once, from where their judged documents stand). Those two are the sums' definitions
+from scratch: the engine keeps the same sums as a group changes (`list_terms`,
+`group_sums`), and the tests hold what it keeps to them, bit for bit.
 
     >>> measure = Measure(cutoffs=(6,), gain="linear", ideal="list")
     >>> score = score_list(["D1", "D2", "D3", "D4", "D5", "D6"],
