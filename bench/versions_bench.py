@@ -102,7 +102,7 @@ bench's workload through the batch pipeline (no Kafka) of each version, ideal {a
 
 - throughput ratio this tree / {args.against[:12]}: **{ratio:.3f}**.
 """
-    return publish(args.results, section, {"medians": medians, "ratio": ratio, "runs": rates,
+    return publish(args.results, section, {"bench": "versions", "medians": medians, "ratio": ratio, "runs": rates,
                                            "against": args.against, "events": args.events, "ideal": args.ideal})
 
 

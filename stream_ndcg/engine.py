@@ -6,8 +6,12 @@ the store writes that back (atomically, with the consumed offsets, in the
 service). The engine never walks impressions: impressions of one query in one
 time bucket and one segment form a `Group` that keeps each distinct ranked
 list once, with a count, and an index of where each document stands in them.
-A judgment therefore costs in proportion to the query's groups and the
-distinct lists that show the document, never to its raw impressions.
+Nor does it walk a group's places on an event: each group keeps its sums as it
+changes (`group_sums`; `list_terms` under the list ideal; `list_squares` for
+the sums of squares), so an impression costs its list's places, a judgment
+the places its document is shown and the distinct lists that show it, and
+under the pool ideal a moved ideal a division per group of the query. Only a
+group read afresh from the store is walked whole, once.
 
 Aggregates are flat sums keyed by (bucket, segment key, field), the fields
 and the event counts named in `vocabulary`; `windows` turns them into means.
@@ -21,7 +25,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from stream_ndcg.events import Click, Event, Impression, InvalidEvent, Judgment
-from stream_ndcg.metric import Measure, ideal_dcg, list_sums, pooled_ndcg, pooled_sums, score_list
+from stream_ndcg.group_sums import GroupSums
+from stream_ndcg.list_terms import ListTerms
+from stream_ndcg.metric import Measure, pooled_ndcg, pooled_totals
 from stream_ndcg.query_state import Group, QueryState, Revision, revision_of
 from stream_ndcg.rows import Row, group_row
 from stream_ndcg.vocabulary import (
@@ -54,12 +60,6 @@ FORGET_AFTER_MAX_AGES = 2
 SegmentKeyFn = Callable[[Segment], str]
 
 
-def _lists_complete(group: Group) -> bool:
-    """Whether the group holds every list it counts: what its sums of squares are made of."""
-    return sum(group.lists.values()) == group.impressions
-
-
-
 @dataclass
 class QueryChange:
     """What a batch did to one query's state, so that a store writes only that."""
@@ -68,6 +68,9 @@ class QueryChange:
     groups: set[tuple[int, str]] = field(default_factory=set)
     # Documents whose current grade moved.
     docs: set[str] = field(default_factory=set)
+    # The grade each of them had before the batch (None: none): what the groups' kept sums were
+    # kept with (`group_sums`).
+    before: dict[str, float | None] = field(default_factory=dict)
     # The judgment events the batch added, per document (its grade may or may not have moved).
     revised: dict[str, list[Revision]] = field(default_factory=dict)
     # Documents whose old judgment events were dropped (`Engine._judgment`): stored whole again.
@@ -261,6 +264,7 @@ class Engine:
         todo.revised.setdefault(event.doc_id, []).append(revision)
         if moved[0] != moved[1]:
             todo.docs.add(event.doc_id)
+            todo.before.setdefault(event.doc_id, moved[0])
         if now_ms is not None and self.judgment_max_age_ms is not None and state.forget_revisions(
                 event.doc_id, now_ms - FORGET_AFTER_MAX_AGES * self.judgment_max_age_ms):
             todo.pruned.add(event.doc_id)
@@ -278,24 +282,34 @@ class Engine:
 
     def _recredit(self, state: QueryState, todo: QueryChange, aggregates: dict[AggregateKey, float],
                   credits: dict[AggregateKey, float] | None = None) -> None:
-        """Re-credit the groups that new impressions or grade changes can move."""
+        """Re-credit the groups that new impressions or grade changes can move: each by what changed
+        in it (`group_sums`), and under the pool ideal every other one renormalised if the ideal moved;
+        each difference also into `credits` when given (the query's own, for the experiments)."""
         if not todo.groups and not todo.docs:
             return
         grades = state.grades(self.measure.sources)
         pool = self.measure.ideal == "pool"
-        # The pool ideal's gains, once per query rather than once per group recomputed.
-        gains = {doc: self.measure.gain_of(grade) for doc, grade in grades.items()} if pool else {}
-        ideals = {k: ideal_dcg(gains.values(), k) for k in self.measure.cutoffs} if pool else {}
-        renormalise = bool(todo.docs) and pool
+        gains, ideals, renormalise = state.pool_gains(self.measure, todo.docs) if pool else (grades, {}, False)
+        # What the groups' kept sums were kept with, in the same terms as `gains` (grades under the list
+        # ideal, whose kept sums need only know which documents are judged).
+        gain_of = self.measure.gain_of
+        before: Mapping[str, float | None] = {doc: None if grade is None else gain_of(grade)
+                                              for doc, grade in todo.before.items()} if pool else todo.before
         todo.dirty.update(todo.groups)
-        for key, group in state.groups.items():
-            if (key in todo.groups or not todo.docs.isdisjoint(group.ranks)
-                    or (MOMENTS not in group.credited and _lists_complete(group))):
-                # New impressions or a grade of one of its documents (its exposure figures go too),
-                # or a group stored before the sums of squares were kept whose lists are all known:
-                # it takes them in (`state.format`).
-                group.forget_exposure()
-                totals = self._totals(group, grades, gains, ideals, todo.docs)
+        # Every group once per state read from the store (one stored before the sums of squares may
+        # take them in) and whenever a grade moved (under the pool ideal each is renormalised if
+        # the ideal moved: a look at each, not at its places); else only those that took impressions.
+        walk = bool(todo.docs) or not state.walked
+        looked_at = list(state.groups.items()) if walk else [
+            (key, state.groups[key]) for key in todo.groups if key in state.groups]
+        state.walked = True
+        for key, group in looked_at:
+            if (key in todo.groups or (todo.docs and any(doc in group.ranks for doc in todo.docs))
+                    or (MOMENTS not in group.credited and group.lists_complete())):
+                # New impressions or a grade of one of its documents, or a group stored before the
+                # sums of squares were kept whose lists are all known: it takes them in (`state.format`).
+                sums = self._sync(group, gains, before, todo.docs)
+                totals = self._totals(group, sums, grades, gains, ideals, todo.docs)
             elif renormalise:
                 totals = pooled_ndcg(dict(group.credited), group.impressions, ideals)
             else:
@@ -303,23 +317,41 @@ class Engine:
             if self._credit(key, group, totals, aggregates, credits):
                 todo.dirty.add(key)
 
-    def _totals(self, group: Group, grades: Mapping[str, float], gains: Mapping[str, float],
+    def _sync(self, group: Group, gains: Mapping[str, float], before: Mapping[str, float | None],
+              moved: set[str]) -> GroupSums:
+        """The group's kept sums, brought up to its places and the query's gains (made once, afresh,
+        for a group read from the store or kept for another measure)."""
+        made_with = (self.measure.gain, self.measure.ideal)
+        sums = group.sums
+        if sums is None or sums.key != made_with or sums.cutoffs != self.measure.cutoffs:
+            sums = group.sums = GroupSums(group, gains, self.measure.cutoffs, self.measure.ideal == "pool", made_with)
+        else:
+            sums.sync(group, gains, before, moved)
+        return sums
+
+    def _totals(self, group: Group, sums: GroupSums, grades: Mapping[str, float], gains: Mapping[str, float],
                 ideals: Mapping[int, float], moved: set[str]) -> dict[str, float]:
-        """The group's sums, recomputed from its lists and the query's grades (and, under the pool
-        ideal, their `gains`; `moved`: the documents whose grade moved since it was last)."""
+        """The group's sums, from its kept `sums` and, under the list ideal, its lists
+        scored with the query's grades (and, under the pool ideal, their `gains`; `moved`: the
+        documents whose grade moved since it was last)."""
         totals: dict[str, float] = {IMPRESSIONS: float(group.impressions)}
         # Without all its lists (a group of an older state format, or one whose bucket's lists the
         # store could not read), a group's squares are unknown.
-        complete = _lists_complete(group)
+        complete = group.lists_complete()
         if self.measure.ideal == "list":
-            totals.update(list_sums(((score_list(ranked, grades, self.measure), count)
-                                     for ranked, count in group.lists.items()), self.measure.cutoffs))
+            terms = group.terms
+            if terms is None or terms.key != self.measure or terms.lists_of is not group.lists:
+                terms = group.terms = ListTerms(group.lists, grades, self.measure)
+                moved = set()
+            totals.update(terms.sync(group.lists, grades, self.measure, moved))
             for k in () if complete else self.measure.cutoffs:
                 del totals[dcg_squares_at(k)], totals[ndcg_squares_at(k)]
         else:
-            judged = [(gains[doc], at) for doc, at in group.ranks.items() if doc in gains]
-            squares = group.squares.sums(group.lists, gains, self.measure.cutoffs, moved) if complete else None
-            totals.update(pooled_sums(judged, group.impressions, ideals, squares))
+            dcgs, judged = sums.totals()
+            cutoffs = self.measure.cutoffs
+            squares = group.squares.sums(group.lists, gains, cutoffs, moved) if complete else None
+            totals.update(pooled_totals(dict(zip(cutoffs, dcgs, strict=True)),
+                                        dict(zip(cutoffs, judged, strict=True)), group.impressions, ideals, squares))
         if complete:
             totals[MOMENTS] = float(group.impressions)
         return totals

@@ -4,7 +4,9 @@ Standard library only (and the package's names, `vocabulary`). Everything the
 service reports is one of these functions applied to a ranked list and the
 judgments known for its query, summed over impressions into the aggregate
 fields by `list_sums` (lists scored one by one) or `pooled_sums` (many lists at
-once, from where their judged documents stand).
+once, from where their judged documents stand). Those two are the sums' definitions
+from scratch: the engine keeps the same sums as a group changes (`list_terms`,
+`group_sums`), and the tests hold what it keeps to them, bit for bit.
 
     >>> measure = Measure(cutoffs=(6,), gain="linear", ideal="list")
     >>> score = score_list(["D1", "D2", "D3", "D4", "D5", "D6"],
@@ -292,11 +294,29 @@ def pooled_sums(
     # filter per cut-off.
     shown = [(rank, gain_value * count * discounts[rank], count)
              for gain_value, at in judged for rank, count in at.items() if rank <= deepest]
-    sums: dict[str, float] = {}
+    dcgs: dict[int, float] = {}
+    judged_counts: dict[int, int] = {}
     for k in ideals:
         within = [(term, count) for rank, term, count in shown if rank <= k]
-        sums[dcg_at(k)] = math.fsum([term for term, _ in within])
-        sums[judged_at(k)] = sum([count for _, count in within]) / k
+        dcgs[k] = math.fsum([term for term, _ in within])
+        judged_counts[k] = sum([count for _, count in within])
+    return pooled_totals(dcgs, judged_counts, impressions, ideals, squares)
+
+
+def pooled_totals(
+    dcgs: Mapping[int, float],
+    judged: Mapping[int, int],
+    impressions: int,
+    ideals: Mapping[int, float],
+    squares: Mapping[str, float] | None = None,
+) -> dict[str, float]:
+    """The aggregate fields of `impressions` lists sharing the pool ideal, from their DCG sums and
+    the impressions of judged documents within each cut-off (what `pooled_sums` finds from where
+    they stand, and `group_sums` keeps)."""
+    sums: dict[str, float] = {}
+    for k in ideals:
+        sums[dcg_at(k)] = dcgs[k]
+        sums[judged_at(k)] = judged[k] / k
     if squares:
         sums.update(squares)
     return pooled_ndcg(sums, impressions, ideals)

@@ -10,13 +10,14 @@ stands. The engine (`engine`) changes them; the state store (`state.format`) wri
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stream_ndcg.events import Judgment, revision_precedence
+from stream_ndcg.group_sums import GroupSums
 from stream_ndcg.list_squares import ListSquares
-from stream_ndcg.metric import discount, first_occurrences
+from stream_ndcg.list_terms import ListTerms
+from stream_ndcg.metric import Measure, first_occurrences, ideal_dcg
 
 # (ts, event_id, grade, source): one judgment event of a (query, document) pair.
 Revision = tuple[int, str | None, float | None, str]
@@ -62,26 +63,41 @@ class Group:
     # rank -> impressions with a document there: the ranks summed over documents, derived on first
     # use and then kept up to date (`shown_at`).
     _shown_at: dict[int, int] | None = field(default=None, repr=False, compare=False)
-    # Its exposure figures (`exposure`): they depend on the ranks and on which of the group's
-    # documents are judged, so they are kept until new impressions come or the engine says a grade
-    # of one of its documents moved (`forget_exposure`). Under the pool ideal most groups a
-    # judgment rewrites are renormalised only, and reuse them.
-    _exposure: tuple[float, ...] | None = field(default=None, repr=False, compare=False)
+    # Under the list ideal, its lists' scores and the sums of their terms, kept up to date.
+    terms: ListTerms | None = field(default=None, repr=False, compare=False)
+    # Its sums kept as it changes (`group_sums`): made by the engine on its first re-credit, and
+    # told of every place added since (`add_list`).
+    sums: GroupSums | None = field(default=None, repr=False, compare=False)
+    # The impressions its lists count, and the lists they were counted of: whether it holds every
+    # list it counts (`lists_complete`) is known without summing them (a store may give it others).
+    _listed: int = field(default=0, repr=False, compare=False)
+    _listed_of: dict[tuple[str, ...], int] | None = field(default=None, repr=False, compare=False)
     # How many times the ranks changed: what a reader that keeps something derived from them (the
     # stored form, `state.format`) compares to know it is still theirs.
     ranks_changes: int = field(default=0, repr=False, compare=False)
 
     def add_list(self, ranked: tuple[str, ...], count: int, depth: int) -> None:
         self.ranks_changes += 1
-        self._exposure = None
+        self.lists_complete()
         self.lists[ranked] = self.lists.get(ranked, 0) + count
+        self._listed += count
         self.squares.added(ranked, count)
+        if self.terms is not None:
+            self.terms.added(ranked, count)
+        if self.sums is not None:
+            self.sums.pending.append((ranked, count))
         shown = self._shown_at
         for rank, doc in first_occurrences(ranked, depth):
             at = self.ranks.setdefault(doc, {})
             at[rank] = at.get(rank, 0) + count
             if shown is not None:
                 shown[rank] = shown.get(rank, 0) + count
+
+    def lists_complete(self) -> bool:
+        """Whether the group holds every list it counts: what its sums of squares are made of."""
+        if self._listed_of is not self.lists:
+            self._listed, self._listed_of = sum(self.lists.values()), self.lists
+        return self._listed == self.impressions
 
     def shown_at(self) -> dict[int, int]:
         """rank -> how many of the group's impressions show a document there."""
@@ -93,16 +109,14 @@ class Group:
             self._shown_at = shown
         return self._shown_at
 
-    def forget_exposure(self) -> None:
-        """A grade of one of its documents moved: its exposure figures are computed again."""
-        self._exposure = None
-
     def exposure(self, grades: Mapping[str, float], cutoffs: tuple[int, ...]) -> tuple[float, ...]:
         """Per cut-off: the group's top-k exposure, the part unjudged documents hold, and the most
-        one unjudged document holds (`rows.group_row` writes them)."""
-        if self._exposure is None:
-            self._exposure = _exposure(self, grades, cutoffs)
-        return self._exposure
+        one unjudged document holds (`rows.group_row` writes them): its kept sums' when the engine
+        keeps them, else found from its places (a group read back from its stored form)."""
+        sums = self.sums
+        if sums is None or sums.cutoffs != cutoffs:
+            sums = GroupSums(self, grades, cutoffs, pooled=False)
+        return sums.exposure(self, grades)
 
 
 @dataclass
@@ -121,6 +135,38 @@ class QueryState:
     # The current grades, and the order of sources they were found with.
     _grades: dict[str, float] | None = field(default=None, repr=False, compare=False)
     _grades_sources: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    # Under the pool ideal, the engine's gains of the graded documents and ideal DCGs, with what
+    # they were made with: kept up to date by the documents whose grade moves, never found again
+    # for every batch.
+    pool: tuple[object, dict[str, float], dict[int, float]] | None = field(default=None, repr=False, compare=False)
+    # Whether the engine has looked at every group of this state once (`Engine._recredit`).
+    walked: bool = field(default=False, repr=False, compare=False)
+
+    def pool_gains(self, measure: Measure, moved: set[str]) -> tuple[dict[str, float], dict[int, float], bool]:
+        """The gains of the graded documents and the pool ideal DCGs, kept here (`pool`) and moved
+        by the documents whose grade `moved`; and whether the groups must be renormalised (the
+        ideal moved, or is not known to have stayed)."""
+        made_with = (measure.sources, measure.gain, measure.cutoffs)
+        grades = self.grades(measure.sources)
+        if self.pool is None or self.pool[0] != made_with:
+            gains = {doc: measure.gain_of(grade) for doc, grade in grades.items()}
+            ideals = {k: ideal_dcg(gains.values(), k) for k in measure.cutoffs}
+            self.pool = (made_with, gains, ideals)
+            return gains, ideals, bool(moved)
+        _, gains, ideals = self.pool
+        if not moved:
+            return gains, ideals, False
+        for doc in moved:
+            grade = grades.get(doc)
+            if grade is None:
+                gains.pop(doc, None)
+            else:
+                gains[doc] = measure.gain_of(grade)
+        # The k largest gains: a walk over the query's judged documents (not its groups' places),
+        # once per batch that moves a grade.
+        moved_ideals = {k: ideal_dcg(gains.values(), k) for k in measure.cutoffs}
+        self.pool = (made_with, gains, moved_ideals)
+        return gains, moved_ideals, moved_ideals != ideals
 
     def winners(self, doc: str) -> dict[str, Revision]:
         """The document's greatest revision of each source that judged it (shared: do not change it)."""
@@ -191,47 +237,3 @@ class QueryState:
             return False
         self.revisions[doc] = kept
         return True
-
-
-def _exposure(group: Group, grades: Mapping[str, float], cutoffs: tuple[int, ...]) -> tuple[float, ...]:
-    """Per cut-off: the group's exposure, the part unjudged documents hold, the most one holds."""
-    width = len(cutoffs)
-    order, weights = _rank_table(cutoffs)
-    # The exposure of all documents is the impressions at each rank discounted (`Group.shown_at`,
-    # kept up to date), so only the unjudged documents are walked one by one. Each rank's weight is
-    # looked up once, and the cut-offs a rank reaches are a prefix of them sorted largest first.
-    exposure = [0.0] * width
-    shown = group.shown_at()
-    for rank in range(1, len(weights)):
-        count = shown.get(rank)
-        if count:
-            weight = count * weights[rank]
-            for i in order:
-                if rank > cutoffs[i]:
-                    break
-                exposure[i] += weight
-    unjudged = [0.0] * width
-    top = [0.0] * width
-    deepest = len(weights) - 1
-    for at in [at for doc, at in group.ranks.items() if doc not in grades]:
-        held = [0.0] * width
-        for rank, count in at.items():
-            if rank > deepest:
-                continue
-            weight = count * weights[rank]
-            for i in order:
-                if rank > cutoffs[i]:
-                    break
-                held[i] += weight
-        for i in range(width):
-            unjudged[i] += held[i]
-            if held[i] > top[i]:
-                top[i] = held[i]
-    return tuple(value for i in range(width) for value in (exposure[i], unjudged[i], top[i]))
-
-
-@functools.cache
-def _rank_table(cutoffs: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    """The cut-offs' positions from the largest down, and the discount of every rank up to it."""
-    return (tuple(sorted(range(len(cutoffs)), key=lambda i: -cutoffs[i])),
-            tuple(discount(rank) if rank else 0.0 for rank in range(max(cutoffs) + 1)))

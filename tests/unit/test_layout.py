@@ -17,7 +17,7 @@ DEPRECATED = {"stream_ndcg.store": ("StateStore", "MemoryStore", "Commit"),
               "stream_ndcg.replay": ("Replay",)}
 PURE_CORE = ("vocabulary", "metric", "decoding", "events", "query_state", "rows", "engine", "windows",
              "window_sums", "click_sessions", "click_models", "click_state", "click_judge", "comparisons",
-             "ubi", "list_squares", "experiments")
+             "ubi", "list_squares", "experiments", "group_sums", "list_terms")
 # The one library the core may use: the parser decodes the usual message with orjson, and leaves
 # every other to the standard library's decoder (`decoding`).
 CORE_LIBRARIES = {"decoding": {"orjson"}}
