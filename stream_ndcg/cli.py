@@ -15,6 +15,7 @@ from stream_ndcg.config import EPOCH_SECONDS_BELOW_MS, Settings, env_name
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import Limits
 from stream_ndcg.judgments_export import add_parser as add_judgments_parser
+from stream_ndcg.logs import configure_logging
 from stream_ndcg.offline.clicks import JudgmentWriter, add_click_flags, click_judge_of
 from stream_ndcg.offline.files import replay_files
 from stream_ndcg.offline.history import add_history_flags, history_of, replay_labels, settings_of, write_history
@@ -128,47 +129,11 @@ def _kafka_settings(args: argparse.Namespace) -> Settings:
     return Settings.load(flags={name: getattr(args, name, None) for name in names}, environ=environ)
 
 
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {"ts": self.formatTime(record), "level": record.levelname, "logger": record.name,
-                 "message": record.getMessage()}
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
-
-
-class _Redact(logging.Filter):
-    """Replaces every configured secret in a log record by '***', whoever logs it: at DEBUG,
-    kafka-python logs the SASL PLAIN exchange, password included."""
-
-    def __init__(self, secrets: list[str]) -> None:
-        super().__init__()
-        self.secrets = [s for s in secrets if s]
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if any(secret in message for secret in self.secrets):
-            for secret in self.secrets:
-                message = message.replace(secret, "***")
-            record.msg, record.args = message, None
-        return True
-
-
-def _configure_logging(settings: Settings) -> None:
-    handler = logging.StreamHandler()
-    handler.addFilter(_Redact(settings.secret_values()))
-    handler.setFormatter(_JsonFormatter() if settings.log_format == "json"
-                         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)
-    # kafka-python logs every reconnect attempt at WARNING/ERROR; the service says what matters itself.
-    logging.getLogger("kafka").setLevel(logging.CRITICAL if settings.log_level.upper() != "DEBUG" else logging.DEBUG)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from stream_ndcg import service
 
     settings = _settings(args)
-    _configure_logging(settings)
+    configure_logging(settings)
     return service.run(settings)
 
 
@@ -176,7 +141,7 @@ def cmd_ubi_bridge(args: argparse.Namespace) -> int:
     from stream_ndcg import ubi_bridge
 
     settings = _settings(args)
-    _configure_logging(settings)
+    configure_logging(settings)
     return ubi_bridge.run(settings)
 
 
@@ -184,7 +149,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
     from stream_ndcg import judge_service
 
     settings = _settings(args)
-    _configure_logging(settings)
+    configure_logging(settings)
     return judge_service.run(settings)
 
 
