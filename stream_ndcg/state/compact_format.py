@@ -270,6 +270,10 @@ def compact_changes(state: QueryState, dirty: Iterable[tuple[int, str]], removed
             name = f"{key[0]}.{interned.segment_index[key[1]]}"
             gone += [piece for piece, _ in _named_pieces(name, interned.piece_counts.pop(name, 1))]
             gone += [f"{name}:{_listed(interned, ranked)}" for ranked in dropped.lists]
+    if gone and not keys and not interned.stored:
+        # Its last group went: the hash goes whole, tables and all.
+        _TABLES.put(state, Interned())
+        return CompactWrite([], [], afresh=True)
     docs_before, segments_before = len(interned.docs), len(interned.segments)
     for key in keys:
         interned.segment(key[1])

@@ -233,10 +233,11 @@ class RedisStore(RedisReads):
                     if q == query_id:
                         changed.setdefault((bucket, segment), []).append(ranked)
                 write = compact_format.compact_changes(state, compact, query_change.removed, changed)
-                if write.written or write.removed:
-                    # The groups expire with the newest of them: the horizon's TTL of its bucket.
-                    groups_ttl = max(map(ttl, (b for b, _ in state.groups)), default=1)
-                    state_ttls[query_id] = min(state_ttl, groups_ttl)
+                # The groups expire with the newest of them: the horizon's TTL of its bucket. The
+                # cached state is trusted no longer, written now or not: it knows what the hash holds.
+                groups_ttl = max(map(ttl, (b for b, _ in state.groups)), default=state_ttl)
+                state_ttls[query_id] = min(state_ttl, groups_ttl)
+                if write.written or write.removed or write.afresh:
                     states.append([index(self._key(partition, "g", query_id)), groups_ttl, write.written,
                                    write.removed, [], write.afresh])
                 compacted.update((query_id, bucket, segment) for bucket, segment in compact)

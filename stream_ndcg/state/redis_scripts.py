@@ -23,9 +23,10 @@ Cluster hash tag, so that everything of one input partition P =
                                        aggepoch (counts the times aggchg missed commits: see below)
     {ns:P}:counts              HASH    event counts: impression, judgment, click, duplicate:*, rejected:*,
                                        judgment_source:*, judgment_unlisted_source
-    {ns:P}:q:<query_id>        HASH    the query's state (fields: `state.format`), TTL max(horizon,
-                                       judgment TTL); without judgments, under the wall clock, its
-                                       newest bucket's TTL
+    {ns:P}:q:<query_id>        HASH    the query's judgments, and its groups of formats 1 to 6 until
+                                       they move to the g hash (fields: `state.format`), TTL
+                                       max(horizon, judgment TTL); without judgments, under the wall
+                                       clock, its newest bucket's TTL
     {ns:P}:g:<query_id>        HASH    the query's groups with their ranked lists, its documents and
                                        segments interned (`state.compact_format`; format 7), TTL
                                        its newest bucket's horizon; written afresh (deleted first)

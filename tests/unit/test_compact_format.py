@@ -110,3 +110,13 @@ def test_batches_written_read_back_as_the_engines_groups_and_write_only_what_cha
 def test_a_group_without_the_lists_of_all_its_impressions_is_not_stored_compact() -> None:
     assert not compact_format.whole_lists(Group(impressions=3, lists={("a",): 2}))
     assert compact_format.whole_lists(Group(impressions=3, lists={("a",): 2, ("b", "a"): 1}))
+
+
+def test_a_hash_whose_last_group_went_is_removed_whole() -> None:
+    state = QueryState()
+    state.groups[(1, "{}")] = Group(impressions=1, credited={"impressions": 1.0}, ranks={"a": {1: 1}},
+                                    lists={("a",): 1})
+    first = compact_changes(state, [(1, "{}")], [], {})
+    assert {"d", "s", "1.0", "1.0:" + position(0)} <= set(first.written[::2]) and not first.afresh
+    del state.groups[(1, "{}")]
+    assert compact_changes(state, [], [(1, "{}")], {}) == compact_format.CompactWrite([], [], afresh=True)
