@@ -11,7 +11,8 @@ the judgment TTL). Its fields are short enough for Redis to keep a query of the 
                            \\x1f or the first starts with '['), cut into pieces of at most 64 bytes
     s, s~1, ...            the query's segments, interned the same way (\\x1f-joined: a segment key
                            is JSON, which escapes every control character)
-    <bucket>.<s>, ~1, ...  a group: impressions, then what it credited (`credited_text`), in pieces
+    <bucket>.<s>, ~1, ...  a group: impressions, then what it credited (`credited_text`: the sums
+                           as `numbers_text` writes them), in pieces
     <bucket>.<s>:<list>    a ranked list's impressions; the list is its documents' indices, one
                            character each below 93 (`position`), '!<index>!' from there on
 
@@ -39,15 +40,16 @@ import orjson
 
 from stream_ndcg.metric import first_occurrences
 from stream_ndcg.query_state import Group, QueryState
-from stream_ndcg.state.format import credited_layout, sums_in_stored_order
+from stream_ndcg.state.format import credited_layout, sums_in_stored_order, whole_numbers_short
 
 # The longest value and field name kept in a listpack by a server's defaults.
 PIECE = 64
 # One character per document index below len(_DIGITS); '!' opens and closes a larger one.
 _DIGITS = "".join(chr(c) for c in range(34, 127))
 _DIGIT = {digit: i for i, digit in enumerate(_DIGITS)}
-# A number whose shortest text is longer is written as its 8 bytes in base 85, after a quote.
-_DENSE_FROM = 12
+# A number whose shortest text is longer is written as its 8 bytes in base 64 (11 characters
+# without the padding, in C), after a quote.
+_DENSEST = 12
 
 
 def position(index: int) -> str:
@@ -68,24 +70,20 @@ def positions_of(text: str) -> list[int]:
     return indices
 
 
-def number_text(value: float) -> str:
-    """A sum as its shortest text ('' for 0, '2' for 2.0), or, when that is long, as its double's
-    8 bytes in base 85: read back, the same double."""
-    if value == 0:
-        return ""
-    text = repr(value)
-    if text.endswith(".0"):
-        text = text[:-2]
-    if len(text) < _DENSE_FROM:
-        return text
-    return "'" + base64.b85encode(struct.pack("<d", value)).decode()
+def numbers_text(values: list[float]) -> str:
+    """Sums, comma-separated, each as its shortest text ('2' for 2.0) or, when that is longer than
+    12 characters, as its double's 8 bytes in base 64: read back, the same doubles. orjson writes
+    the shortest texts, in C; only the long ones are written again."""
+    parts = whole_numbers_short(orjson.dumps(values)).decode()[1:-1].split(",")
+    for i, part in enumerate(parts):
+        if len(part) > _DENSEST:
+            parts[i] = "'" + base64.b64encode(struct.pack("<d", values[i]))[:11].decode()
+    return ",".join(parts)
 
 
 def number_of(text: str) -> float:
-    if not text:
-        return 0.0
     if text[0] == "'":
-        return float(struct.unpack("<d", base64.b85decode(text[1:]))[0])
+        return float(struct.unpack("<d", base64.b64decode(text[1:] + "="))[0])
     return float(text)
 
 
@@ -97,8 +95,7 @@ def credited_text(group: Group) -> str:
         return f"{group.impressions},{orjson.dumps(group.credited).decode()}"
     cutoffs, names = layout
     credited = group.credited
-    return ",".join([str(group.impressions), "/".join(map(str, cutoffs)),
-                     *[number_text(credited[name]) for name in names]])
+    return f"{group.impressions},{'/'.join(map(str, cutoffs))},{numbers_text([credited[name] for name in names])}"
 
 
 def credited_of(text: str) -> tuple[int, dict[str, float]]:
@@ -113,6 +110,8 @@ def credited_of(text: str) -> tuple[int, dict[str, float]]:
 
 def pieces(name: str, text: str) -> list[tuple[str, str]]:
     """A value cut into fields of at most PIECE bytes (of UTF-8): name, name~1, name~2, ..."""
+    if len(text) <= PIECE and text.isascii():
+        return [(name, text)]
     encoded = text.encode()
     if len(encoded) <= PIECE:
         return [(name, text)]
@@ -151,6 +150,8 @@ class Interned:
     segment_index: dict[str, int] = field(default_factory=dict)
     # The pieces each stored value has (a table's, a group header's), to remove those it no longer needs.
     piece_counts: dict[str, int] = field(default_factory=dict)
+    # The table's length when it was last looked at for documents no group shows any more.
+    checked: int = 16
     # (bucket, segment) -> the group the hash holds with all its lists (until it is written
     # again: a group the engine dropped is removed with its lists at the query's next write).
     stored: dict[tuple[int, str], Group] = field(default_factory=dict)
@@ -275,21 +276,19 @@ def compact_changes(state: QueryState, dirty: Iterable[tuple[int, str]], removed
         _TABLES.put(state, Interned())
         return CompactWrite([], [], afresh=True)
     docs_before, segments_before = len(interned.docs), len(interned.segments)
-    for key in keys:
-        interned.segment(key[1])
-        for doc in state.groups[key].ranks:
-            interned.doc(doc)
-    afresh = (len(interned.docs) > max(16, docs_before)
-              and len(interned.docs) > 2 * len({doc for group in state.groups.values() for doc in group.ranks}))
+    _intern(interned, state, keys, changed_lists)
+    # Looked at each time the table has doubled since it was last looked at: no more than once per
+    # document added, whatever the query's groups hold.
+    afresh = False
+    if len(interned.docs) >= 2 * interned.checked:
+        afresh = len(interned.docs) > 2 * len({doc for group in state.groups.values() for doc in group.ranks})
+        interned.checked = len(interned.docs)
     if afresh:
         # Written afresh: every group the hash held, with every list, numbered from a new table.
         held = [key for key in interned.stored if key in state.groups]
         interned = _TABLES.put(state, Interned())
         keys = list(dict.fromkeys([*held, *keys]))
-        for key in keys:
-            interned.segment(key[1])
-            for doc in state.groups[key].ranks:
-                interned.doc(doc)
+        _intern(interned, state, keys, changed_lists)
         docs_before = segments_before = 0
         gone = []
     if len(interned.docs) != docs_before:
@@ -305,6 +304,23 @@ def compact_changes(state: QueryState, dirty: Iterable[tuple[int, str]], removed
         for ranked in (group.lists if whole else changed_lists.get(key, ())):
             written += [f"{name}:{_listed(interned, ranked)}", str(group.lists[ranked])]
     return CompactWrite(written, gone, afresh)
+
+
+def _intern(interned: Interned, state: QueryState, keys: Iterable[tuple[int, str]],
+            changed_lists: Mapping[tuple[int, str], Iterable[tuple[str, ...]]]) -> None:
+    """Give the groups' segments and documents their indices: of a group the hash holds, only
+    those of the lists the batch showed can be new (a judgment writes every group of its query
+    under the pool ideal: walking their documents would cost in proportion to all they show)."""
+    for key in keys:
+        interned.segment(key[1])
+        group = state.groups[key]
+        if interned.stored.get(key) is group:
+            for ranked in changed_lists.get(key, ()):
+                for doc in ranked:
+                    interned.doc(doc)
+        else:
+            for doc in group.ranks:
+                interned.doc(doc)
 
 
 def _listed(interned: Interned, ranked: tuple[str, ...]) -> str:

@@ -124,7 +124,7 @@ def encode_group(group: Group) -> str:
         credited = orjson.dumps(group.credited)
     else:
         cutoffs, names = layout
-        credited = _whole_numbers_short(orjson.dumps([cutoffs, *[group.credited[name] for name in names]]))
+        credited = whole_numbers_short(orjson.dumps([cutoffs, *[group.credited[name] for name in names]]))
     # The ranks and the lists change together (`Group.add_list`).
     encoded_ranks = _ENCODED_RANKS.get(group)
     if encoded_ranks is None:
@@ -244,7 +244,7 @@ def credited_layout(names: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[str,
     return (cutoffs, ordered) if sorted(ordered) == sorted(names) else None
 
 
-def _whole_numbers_short(encoded: bytes) -> bytes:
+def whole_numbers_short(encoded: bytes) -> bytes:
     """A JSON array of numbers written by orjson, with '2' for '2.0': it writes a whole double below
     1e16 with '.0' (and larger ones with an exponent), so the integer read back is the same double
     (-0.0 comes back as 0.0, which no sum tells apart). Only for arrays that hold no strings."""
@@ -383,7 +383,7 @@ def decode_row_field(raw: bytes | str) -> tuple[str, str]:
 def encode_row(row: Row) -> str:
     # orjson writes each double as the shortest text that reads back as the same double (as
     # repr does), in C: a row is written for every group a batch re-credits.
-    return _whole_numbers_short(orjson.dumps(row)).decode()[1:-1]
+    return whole_numbers_short(orjson.dumps(row)).decode()[1:-1]
 
 
 def decode_row(raw: bytes | str) -> Row:

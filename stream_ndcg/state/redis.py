@@ -213,6 +213,11 @@ class RedisStore(RedisReads):
         states: list[list[Any]] = []
         state_ttls: dict[str, int] = {}
         compacted: set[tuple[str, int, str]] = set()
+        # The lists the batch showed, by query and group.
+        shown: dict[str, dict[tuple[int, str], list[tuple[str, ...]]]] = {}
+        if self.write_format >= 7:
+            for (q, bucket, segment, ranked) in outcome.lists:
+                shown.setdefault(q, {}).setdefault((bucket, segment), []).append(ranked)
         for query_id, state in outcome.touched.items():
             query_change = outcome.changes[query_id]
             compact = self._compact_groups(state, query_change)
@@ -228,14 +233,10 @@ class RedisStore(RedisReads):
                                                 if grouped_only else self.state_ttl_ms)
             states.append([index(self._key(partition, "q", query_id)), state_ttl, written, removed, appended])
             if self.write_format >= 7:
-                changed: dict[tuple[int, str], list[tuple[str, ...]]] = {}
-                for (q, bucket, segment, ranked) in outcome.lists:
-                    if q == query_id:
-                        changed.setdefault((bucket, segment), []).append(ranked)
-                write = compact_format.compact_changes(state, compact, query_change.removed, changed)
+                write = compact_format.compact_changes(state, compact, query_change.removed, shown.get(query_id, {}))
                 # The groups expire with the newest of them: the horizon's TTL of its bucket. The
                 # cached state is trusted no longer, written now or not: it knows what the hash holds.
-                groups_ttl = max(map(ttl, (b for b, _ in state.groups)), default=state_ttl)
+                groups_ttl = ttl(max(b for b, _ in state.groups)) if state.groups else state_ttl
                 state_ttls[query_id] = min(state_ttl, groups_ttl)
                 if write.written or write.removed or write.afresh:
                     states.append([index(self._key(partition, "g", query_id)), groups_ttl, write.written,
@@ -274,7 +275,9 @@ class RedisStore(RedisReads):
         every impression is in a list they hold; the others stay in format 6 until they go."""
         if self.write_format < 7:
             return set()
-        return {key for key in change.dirty & state.groups.keys() if compact_format.whole_lists(state.groups[key])}
+        # A group the compact hash holds has all its lists: the engine adds each impression's.
+        return {key for key in change.dirty & state.groups.keys()
+                if compact_format.holds(state, key) or compact_format.whole_lists(state.groups[key])}
 
     def admit(self, label: str, value: str, cap: int) -> bool:
         # A value once admitted stays admitted, and a full set stays full: both answers can be cached.

@@ -19,7 +19,7 @@ from stream_ndcg.state.compact_format import (
     compact_changes,
     groups_from_fields,
     number_of,
-    number_text,
+    numbers_text,
     pieces,
     position,
     positions_of,
@@ -28,11 +28,13 @@ from stream_ndcg.state.compact_format import (
 )
 
 
-@given(st.floats(allow_nan=False, allow_infinity=False))
-def test_a_number_reads_back_as_the_same_double_in_at_most_twelve_characters(value: float) -> None:
-    text = number_text(value)
-    assert len(text) <= 12
-    assert number_of(text) == value and math.copysign(1, number_of(text)) == math.copysign(1, value or 1.0)
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=20))
+def test_sums_read_back_as_the_same_doubles_in_at_most_twelve_characters_each(values: list[float]) -> None:
+    texts = numbers_text(values).split(",")
+    assert all(len(text) <= 12 for text in texts)
+    read = [number_of(text) for text in texts]
+    assert read == values
+    assert [math.copysign(1, x) for x in read] == [math.copysign(1, x) for x in values]
 
 
 @given(st.lists(st.integers(0, 5000), max_size=20))
