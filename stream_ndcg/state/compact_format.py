@@ -16,6 +16,9 @@ the judgment TTL). Its fields are short enough for Redis to keep a query of the 
     <bucket>.<s>:<list>    a ranked list's impressions; the list is its documents' indices, one
                            character each below 93 (`position`), '!<index>!' from there on
 
+Drill-down rows keep format 6's place and form (`state.format`), their long sums dense as a
+group's are (`encode_row`); `decode_row` reads both.
+
 A group's ranks are not stored: they are its lists' first occurrences (`Group.add_list`), each
 list being cut at the measure's depth already. A group's lists are written when they change, its
 header whenever it does; the documents' table only grows while the hash lives, and is written
@@ -40,7 +43,9 @@ import orjson
 
 from stream_ndcg.metric import first_occurrences
 from stream_ndcg.query_state import Group, QueryState
+from stream_ndcg.rows import Row
 from stream_ndcg.state.format import credited_layout, sums_in_stored_order, whole_numbers_short
+from stream_ndcg.state.format import decode_row as format_6_row
 
 # The longest value and field name kept in a listpack by a server's defaults.
 PIECE = 64
@@ -71,20 +76,38 @@ def positions_of(text: str) -> list[int]:
 
 
 def numbers_text(values: list[float]) -> str:
-    """Sums, comma-separated, each as its shortest text ('2' for 2.0) or, when that is longer than
+    """Sums, comma-separated, each as its shortest text ('2' for 2.0, '' for 0) or, when that is longer than
     12 characters, as its double's 8 bytes in base 64: read back, the same doubles. orjson writes
     the shortest texts, in C; only the long ones are written again."""
     parts = whole_numbers_short(orjson.dumps(values)).decode()[1:-1].split(",")
     for i, part in enumerate(parts):
         if len(part) > _DENSEST:
             parts[i] = "'" + base64.b64encode(struct.pack("<d", values[i]))[:11].decode()
+        elif part == "0" or part == "-0":
+            # Most sums of a group of the tail are 0 (-0.0 comes back as 0.0, which no sum tells apart).
+            parts[i] = ""
     return ",".join(parts)
 
 
 def number_of(text: str) -> float:
+    if not text:
+        return 0.0
     if text[0] == "'":
         return float(struct.unpack("<d", base64.b64decode(text[1:] + "="))[0])
     return float(text)
+
+
+def encode_row(row: Row) -> str:
+    """A drill-down row as format 7 writes it (`state.format` names its values): `numbers_text`."""
+    return numbers_text(list(row))
+
+
+def decode_row(raw: bytes | str) -> Row:
+    """A row of any format: one without a dense or empty number in C, as format 6 reads it."""
+    data = raw if isinstance(raw, bytes) else raw.encode()
+    if data and b"'" not in data and b",," not in data and data[:1] != b"," and data[-1:] != b",":
+        return format_6_row(data)
+    return tuple(map(number_of, data.decode().split(",")))
 
 
 def credited_text(group: Group) -> str:

@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -390,9 +390,9 @@ def decode_row(raw: bytes | str) -> Row:
     return tuple(map(float, orjson.loads(b"[" + (raw if isinstance(raw, bytes) else raw.encode()) + b"]")))
 
 
-def row_writes(outcome: BatchOutcome) -> dict[int, list[str]]:
+def row_writes(outcome: BatchOutcome, encode: Callable[[Row], str] = encode_row) -> dict[int, list[str]]:
     """The batch's drill-down rows: bucket -> [field, value, field, value...]."""
     writes: dict[int, list[str]] = {}
     for (query_id, bucket, segment), row in outcome.rows.items():
-        writes.setdefault(bucket, []).extend((row_field(segment, query_id), encode_row(row)))
+        writes.setdefault(bucket, []).extend((row_field(segment, query_id), encode(row)))
     return writes

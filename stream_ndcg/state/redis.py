@@ -251,7 +251,8 @@ class RedisStore(RedisReads):
                 for b, fields in state_format.aggregate_increments(outcome).items()]
         # The script logs the rows itself while a reader holds the lease: they cross the network once.
         rows = [[index(self._key(partition, "rows", b)), ttl(b), fields, b]
-                for b, fields in state_format.row_writes(outcome).items()]
+                for b, fields in state_format.row_writes(
+                    outcome, compact_format.encode_row if self.write_format >= 7 else state_format.encode_row).items()]
         prune = str(oldest_kept_bucket(now, self.horizon_ms, self.bucket_ms)) if now is not None else None
         forget = str(oldest_kept_bucket(now, self.dedup_horizon_ms, self.bucket_ms)) if now is not None else None
         # Before the clock moves: a partition marks an experiment's first bucket by the clock it had.

@@ -229,7 +229,7 @@ class RedisReads(RedisClient):
             # Every entry since the cursor, none missing, up to the count read first.
             if (numbers == list(range(int(seen) + 1, int(seen) + 1 + len(numbers)))
                     and (numbers[-1] if numbers else int(seen)) >= int(written or 0)):
-                rows = [(bucket, *state_format.decode_row_field(field), state_format.decode_row(value))
+                rows = [(bucket, *state_format.decode_row_field(field), compact_format.decode_row(value))
                         for _, values in entries for bucket, field, value in orjson.loads(values[b"r"])]
                 return RowRead(_log_cursor(entries[-1]) if entries else cursor, False, rows)
         with self._round_trip("row read"):
@@ -245,7 +245,7 @@ class RedisReads(RedisClient):
             for bucket in buckets:
                 pipe.hgetall(self._key(partition, "rows", int(bucket)))
             replies = pipe.execute()
-        rows = [(int(bucket), *state_format.decode_row_field(field), state_format.decode_row(value))
+        rows = [(int(bucket), *state_format.decode_row_field(field), compact_format.decode_row(value))
                 for bucket, held in zip(buckets, replies, strict=True) for field, value in held.items()]
         newest = last[0] if last else None
         cursor = (_log_cursor(newest) if newest is not None and int(newest[1][b"n"]) >= int(written or 0)
