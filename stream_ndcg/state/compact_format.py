@@ -52,9 +52,10 @@ PIECE = 64
 # One character per document index below len(_DIGITS); '!' opens and closes a larger one.
 _DIGITS = "".join(chr(c) for c in range(34, 127))
 _DIGIT = {digit: i for i, digit in enumerate(_DIGITS)}
-# A number whose shortest text is longer is written as its 8 bytes in base 64 (11 characters
-# without the padding, in C), after a quote.
+# A number whose shortest text is longer is written as a quote, and its 8 bytes at the end, with
+# those of the other long ones, in base 64 (about 11 characters a number, read back in C).
 _DENSEST = 12
+_SHORTER = {"0": "", "-0": ""}
 
 
 def position(index: int) -> str:
@@ -76,25 +77,29 @@ def positions_of(text: str) -> list[int]:
 
 
 def numbers_text(values: list[float]) -> str:
-    """Sums, comma-separated, each as its shortest text ('2' for 2.0, '' for 0) or, when that is longer than
-    12 characters, as its double's 8 bytes in base 64: read back, the same doubles. orjson writes
-    the shortest texts, in C; only the long ones are written again."""
-    parts = whole_numbers_short(orjson.dumps(values)).decode()[1:-1].split(",")
-    for i, part in enumerate(parts):
-        if len(part) > _DENSEST:
-            parts[i] = "'" + base64.b64encode(struct.pack("<d", values[i]))[:11].decode()
-        elif part == "0" or part == "-0":
-            # Most sums of a group of the tail are 0 (-0.0 comes back as 0.0, which no sum tells apart).
-            parts[i] = ""
-    return ",".join(parts)
+    """Sums, comma-separated, each as its shortest text ('2' for 2.0, '' for 0) or, when that is
+    longer than 12 characters, as a quote; then, after '|', the long ones' doubles in base 64:
+    read back, the same doubles. orjson writes the shortest texts, in C."""
+    # Most sums of a group of the tail are 0 (-0.0 comes back as 0.0, which no sum tells apart).
+    parts = [_SHORTER.get(part, part) for part in
+             whole_numbers_short(orjson.dumps(values)).decode()[1:-1].split(",")]
+    long = [i for i, part in enumerate(parts) if len(part) > _DENSEST]
+    if not long:
+        return ",".join(parts)
+    for i in long:
+        parts[i] = "'"
+    return ",".join(parts) + "|" + base64.b64encode(struct.pack(f"<{len(long)}d", *[values[i] for i in long])).decode()
 
 
-def number_of(text: str) -> float:
-    if not text:
-        return 0.0
-    if text[0] == "'":
-        return float(struct.unpack("<d", base64.b64decode(text[1:] + "="))[0])
-    return float(text)
+def numbers_of(text: str) -> list[float]:
+    """The sums `numbers_text` wrote."""
+    head, _, blob = text.partition("|")
+    parts = head.split(",")
+    if not blob:
+        return [float(part) if part else 0.0 for part in parts]
+    raw = base64.b64decode(blob)
+    dense = iter(struct.unpack(f"<{len(raw) // 8}d", raw))
+    return [next(dense) if part == "'" else float(part) if part else 0.0 for part in parts]
 
 
 def encode_row(row: Row) -> str:
@@ -105,9 +110,9 @@ def encode_row(row: Row) -> str:
 def decode_row(raw: bytes | str) -> Row:
     """A row of any format: one without a dense or empty number in C, as format 6 reads it."""
     data = raw if isinstance(raw, bytes) else raw.encode()
-    if data and b"'" not in data and b",," not in data and data[:1] != b"," and data[-1:] != b",":
+    if data and b"|" not in data and b",," not in data and data[:1] != b"," and data[-1:] != b",":
         return format_6_row(data)
-    return tuple(map(number_of, data.decode().split(",")))
+    return tuple(numbers_of(data.decode()))
 
 
 def credited_text(group: Group) -> str:
@@ -125,10 +130,11 @@ def credited_of(text: str) -> tuple[int, dict[str, float]]:
     impressions, _, rest = text.partition(",")
     if rest.startswith("{"):
         return int(impressions), {name: float(value) for name, value in orjson.loads(rest).items()}
-    cutoff_text, *sums = rest.split(",")
+    cutoff_text, _, sums_text = rest.partition(",")
     cutoffs = tuple(int(k) for k in cutoff_text.split("/"))
+    sums = numbers_of(sums_text)
     names = sums_in_stored_order(cutoffs, len(sums) != 1 + 4 * len(cutoffs))
-    return int(impressions), dict(zip(names, map(number_of, sums), strict=True))
+    return int(impressions), dict(zip(names, sums, strict=True))
 
 
 def pieces(name: str, text: str) -> list[tuple[str, str]]:
