@@ -1,13 +1,16 @@
-"""Figures several benches report: percentiles of timings, Redis memory by key kind.
+"""Figures several benches report: percentiles of timings, Redis memory by key kind, and what it holds.
 
     timings([0.012, 0.015, 0.031])      # {"p50_ms": 15.0, "p99_ms": 31.0}
+    anatomy(client, "svc")["q"].encodings   # Counter({"hashtable": 4524})
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import redis
 
@@ -37,4 +40,45 @@ def memory_by_kind(client: redis.Redis, namespace: str) -> dict[str, int]:
         for key, used in zip(keys[first:first + 1000], pipe.execute(), strict=True):
             kind = key.decode().split("}:", 1)[1].split(":", 1)[0]
             kinds[kind] = kinds.get(kind, 0) + int(used or 0)
+    return kinds
+
+
+@dataclass
+class KindAnatomy:
+    """The keys of one kind (`memory_by_kind`'s kinds): how many, their MEMORY USAGE, how many
+    fields (of hashes) or members (of sets and sorted sets) they hold and how long those are, how
+    many of a hash's fields are too long for a listpack, and each encoding with its keys."""
+
+    keys: int = 0
+    used: int = 0
+    fields: int = 0
+    field_bytes: int = 0
+    value_bytes: int = 0
+    over_listpack_value: int = 0
+    encodings: Counter[str] = field(default_factory=Counter)
+
+
+def anatomy(client: redis.Redis, namespace: str) -> dict[str, KindAnatomy]:
+    """Each kind of key of a namespace (`memory_by_kind`), taken apart: what a stored format
+    spends its bytes on. A hash field counts as over the listpack limit when its name or value
+    is longer than the server's `hash-max-listpack-value`: one such field turns its whole hash
+    into a hashtable."""
+    limit = int(str(client.config_get("hash-max-listpack-value")["hash-max-listpack-value"]))
+    kinds: dict[str, KindAnatomy] = {}
+    for key in client.scan_iter(match=f"{{{namespace}:*", count=1000):
+        kind = kinds.setdefault(key.decode().split("}:", 1)[1].split(":", 1)[0], KindAnatomy())
+        kind.keys += 1
+        kind.used += int(client.memory_usage(key, samples=0) or 0)
+        kind.encodings[client.object("encoding", key).decode()] += 1
+        held = client.type(key)
+        if held == b"hash":
+            for name, value in client.hgetall(key).items():
+                kind.fields += 1
+                kind.field_bytes += len(name)
+                kind.value_bytes += len(value)
+                kind.over_listpack_value += len(name) > limit or len(value) > limit
+        elif held == b"zset":
+            kind.fields += int(client.zcard(key))
+        elif held == b"set":
+            kind.fields += int(client.scard(key))
     return kinds

@@ -45,23 +45,25 @@ are re-credited).
 refuses state recorded with a version it cannot read (`check_format`): this one
 reads 1 (JSON list fields; state recorded before the number existed is version
 1), 2 (lists as positions), 3 (groups by position), 4 (judgment events with their
-source), 5 (sums of squares) and 6 (experiments' cells), and records 6, which releases that
-read only 1 to 5 refuse: they would commit without the experiments' changes, and the cells would
-miss what their batches credited. A group of formats 1 to 4 has no
+source), 5 (sums of squares), 6 (experiments' cells) and 7 (groups in a compact hash), and
+records the one it writes: 7, or 6 when `state_format` says so (`check_written_format`). Releases
+that read only 1 to 5 refuse 6: they would commit without the experiments' changes. A group of formats 1 to 4 has no
 squares: the engine adds them when it re-credits the group (the store gives a group of the pool
 ideal its lists from the bucket's on load, `RedisStore.load`), and until then the `moments` sum
 counts its impressions out. State of format 5 needs nothing converted: an experiment's cells start
 empty, and each partition counts from the bucket after its clock at its first commit with the
 experiment (`state.base`), so no group of the old state is counted in part.
 
-An experiment's cells (format 6) of one partition are a hash: `state.experiment_format`.
+An experiment's cells (format 6) of one partition are a hash: `state.experiment_format`. Since
+format 7 a query's groups are a hash of their own (`state.compact_format`); one of an earlier
+format moves there when it changes.
 """
 
 from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -83,11 +85,11 @@ from stream_ndcg.vocabulary import (
 )
 
 # Bump it with any change to the layout above, and teach the stores to read the old one or to refuse it.
-FORMAT_VERSION = 6
-# What this release reads; it records FORMAT_VERSION over any of them. Each version, what it added:
-# 1 the first layout; 2 lists as positions; 3 groups by position; 4 judgment events with their
-# source; 5 sums of squares; 6 experiments' cells.
-READABLE_FORMATS = ("1", "2", "3", "4", "5", "6")
+FORMAT_VERSION = 7
+# What this release reads; it records the one it writes (`state_format`: 7, or 6 for a rollback) over
+# any of them. What each added: 1 the first layout; 2 lists as positions; 3 groups by position; 4
+# judgment events with their source; 5 sums of squares; 6 experiments' cells; 7 compact groups.
+READABLE_FORMATS = ("1", "2", "3", "4", "5", "6", "7")
 
 
 def check_format(found: str | None) -> None:
@@ -99,6 +101,15 @@ def check_format(found: str | None) -> None:
                           f"{readable} only: run a release that reads it, or use another namespace")
 
 
+def check_written_format(found: str | None, written: int) -> None:
+    """Refuse to write state in a format older than the one recorded: the previous release, which
+    the older format is for, would not read what the newer one already wrote."""
+    if found is not None and int(found) > written:
+        raise ConfigError(f"the stored state is in format version {found}, and this instance is set to write "
+                          f"version {written} (state_format): once the state is written in a format, an instance "
+                          f"cannot go back to an earlier one; set state_format to {found}, or use another namespace")
+
+
 def revisions_field(doc: str) -> str:
     return f"r|{doc}"
 
@@ -108,12 +119,12 @@ def group_field(bucket: int, segment: str) -> str:
 
 
 def encode_group(group: Group) -> str:
-    layout = _credited_layout(tuple(group.credited))
+    layout = credited_layout(tuple(group.credited))
     if layout is None:
         credited = orjson.dumps(group.credited)
     else:
         cutoffs, names = layout
-        credited = _whole_numbers_short(orjson.dumps([cutoffs, *[group.credited[name] for name in names]]))
+        credited = whole_numbers_short(orjson.dumps([cutoffs, *[group.credited[name] for name in names]]))
     # The ranks and the lists change together (`Group.add_list`).
     encoded_ranks = _ENCODED_RANKS.get(group)
     if encoded_ranks is None:
@@ -140,7 +151,7 @@ def decode_group(raw: bytes | str) -> Group:
     if isinstance(stored_credited, list):
         cutoffs = tuple(stored_credited[0])
         # Formats 1 to 4 stored 1 + 4 figures per cut-off, format 5 2 + 6: never as many.
-        names = _sums_in_stored_order(cutoffs, len(stored_credited) - 1 != 1 + 4 * len(cutoffs))
+        names = sums_in_stored_order(cutoffs, len(stored_credited) - 1 != 1 + 4 * len(cutoffs))
         credited = dict(zip(names, map(float, stored_credited[1:]), strict=True))
     else:
         credited = stored_credited
@@ -212,7 +223,7 @@ def _decode_named_group(data: dict[str, Any]) -> Group:
 
 
 @functools.cache
-def _sums_in_stored_order(cutoffs: tuple[int, ...], squares: bool) -> tuple[str, ...]:
+def sums_in_stored_order(cutoffs: tuple[int, ...], squares: bool) -> tuple[str, ...]:
     """The stored order of a group's credited figures when they are those of `cutoffs`, with the
     sums of squares (format 5) or without (a group whose squares are unknown, and formats 1 to 4)."""
     if not squares:
@@ -222,18 +233,18 @@ def _sums_in_stored_order(cutoffs: tuple[int, ...], squares: bool) -> tuple[str,
 
 
 @functools.cache
-def _credited_layout(names: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
+def credited_layout(names: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
     """The cut-offs whose figures `names` are, all of them and nothing else, with those figures in
     the stored order; None for any other set of names (stored by name)."""
     try:
         cutoffs = tuple(int(name.removeprefix("dcg@")) for name in names if name.startswith("dcg@"))
     except ValueError:
         return None
-    ordered = _sums_in_stored_order(cutoffs, MOMENTS in names)
+    ordered = sums_in_stored_order(cutoffs, MOMENTS in names)
     return (cutoffs, ordered) if sorted(ordered) == sorted(names) else None
 
 
-def _whole_numbers_short(encoded: bytes) -> bytes:
+def whole_numbers_short(encoded: bytes) -> bytes:
     """A JSON array of numbers written by orjson, with '2' for '2.0': it writes a whole double below
     1e16 with '.0' (and larger ones with an exponent), so the integer read back is the same double
     (-0.0 comes back as 0.0, which no sum tells apart). Only for arrays that hold no strings."""
@@ -276,13 +287,16 @@ def state_from_fields(fields: Mapping[Any, Any]) -> QueryState:
     return state
 
 
-def changed_fields(state: QueryState, change: QueryChange) -> tuple[list[str], list[str], list[list[str]]]:
+def changed_fields(state: QueryState, change: QueryChange, compact: Collection[tuple[int, str]] = (),
+                   moved: Collection[tuple[int, str]] = ()) -> tuple[list[str], list[str], list[list[str]]]:
     """What a batch changed in a stored state: fields to write (name, value, name, value...),
-    fields to delete, and [field, `revisions_tail`] to append to."""
+    fields to delete, and [field, `revisions_tail`] to append to. The `compact` groups are written
+    elsewhere (`state.compact_format`), and the fields of those `moved` there are deleted."""
     written: list[str] = []
     for bucket, segment in change.dirty & state.groups.keys():
-        written += [group_field(bucket, segment), encode_group(state.groups[(bucket, segment)])]
-    removed = [group_field(bucket, segment) for bucket, segment in change.removed]
+        if (bucket, segment) not in compact:
+            written += [group_field(bucket, segment), encode_group(state.groups[(bucket, segment)])]
+    removed = [group_field(bucket, segment) for bucket, segment in [*change.removed, *moved]]
     # A document's events are appended to the list held, unless old ones were forgotten: then the
     # list is written whole.
     for doc in change.pruned:
@@ -298,11 +312,15 @@ def list_field(segment: str, ranked: Iterable[str], positions: Mapping[str, int]
     return segment + "\x1f" + ",".join([str(positions[doc]) for doc in ranked])
 
 
-def list_increments(outcome: BatchOutcome) -> dict[tuple[str, int], list[tuple[str, int]]]:
-    """The batch's new impressions of ranked lists: (query, bucket) -> [(field, impressions)]."""
+def list_increments(outcome: BatchOutcome, compact: Collection[tuple[str, int, str]] = ()
+                    ) -> dict[tuple[str, int], list[tuple[str, int]]]:
+    """The batch's new impressions of ranked lists: (query, bucket) -> [(field, impressions)];
+    none of the `compact` groups (query, bucket, segment), which hold their lists themselves."""
     increments: dict[tuple[str, int], list[tuple[str, int]]] = {}
     positions_of: dict[tuple[str, int, str], dict[str, int]] = {}
     for (query_id, bucket, segment, ranked), count in outcome.lists.items():
+        if (query_id, bucket, segment) in compact:
+            continue
         positions = positions_of.get((query_id, bucket, segment))
         if positions is None:
             ranks = outcome.touched[query_id].groups[(bucket, segment)].ranks
@@ -365,16 +383,16 @@ def decode_row_field(raw: bytes | str) -> tuple[str, str]:
 def encode_row(row: Row) -> str:
     # orjson writes each double as the shortest text that reads back as the same double (as
     # repr does), in C: a row is written for every group a batch re-credits.
-    return _whole_numbers_short(orjson.dumps(row)).decode()[1:-1]
+    return whole_numbers_short(orjson.dumps(row)).decode()[1:-1]
 
 
 def decode_row(raw: bytes | str) -> Row:
     return tuple(map(float, orjson.loads(b"[" + (raw if isinstance(raw, bytes) else raw.encode()) + b"]")))
 
 
-def row_writes(outcome: BatchOutcome) -> dict[int, list[str]]:
+def row_writes(outcome: BatchOutcome, encode: Callable[[Row], str] = encode_row) -> dict[int, list[str]]:
     """The batch's drill-down rows: bucket -> [field, value, field, value...]."""
     writes: dict[int, list[str]] = {}
     for (query_id, bucket, segment), row in outcome.rows.items():
-        writes.setdefault(bucket, []).extend((row_field(segment, query_id), encode_row(row)))
+        writes.setdefault(bucket, []).extend((row_field(segment, query_id), encode(row)))
     return writes

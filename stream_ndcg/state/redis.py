@@ -35,9 +35,10 @@ import orjson
 import redis
 
 from stream_ndcg import reconfigure
+from stream_ndcg.engine import QueryChange
 from stream_ndcg.errors import ConfigError, FencedError, StoreUnavailable
 from stream_ndcg.query_state import QueryState
-from stream_ndcg.state import experiment_format
+from stream_ndcg.state import compact_format, experiment_format
 from stream_ndcg.state import format as state_format
 from stream_ndcg.state.base import Commit, CommitInFlight, Snapshot
 from stream_ndcg.state.redis_reads import Client, RedisReads, text
@@ -61,10 +62,14 @@ class RedisStore(RedisReads):
     """
 
     def __init__(self, client: Client | Callable[[], Client], *, wait_replicas: int = 0,
-                 wait_timeout_ms: int = 1_000, **options: Any) -> None:
+                 wait_timeout_ms: int = 1_000, write_format: int = state_format.FORMAT_VERSION,
+                 **options: Any) -> None:
         super().__init__(client, **options)
         self.wait_replicas = wait_replicas
         self.wait_timeout_ms = wait_timeout_ms
+        # The format this instance writes: the previous one (6) for a release whose rollback must
+        # stay possible, until the state is written in this one (`adopt` refuses to go back).
+        self.write_format = write_format
 
     def adopt(self, config: Mapping[str, object], *, rebuild: bool = False) -> bool:
         keys = self._config_keys()
@@ -73,12 +78,13 @@ class RedisStore(RedisReads):
         for _ in range(10):
             held_text, found_format = self._read_config()
             state_format.check_format(found_format)
+            state_format.check_written_format(found_format, self.write_format)
             record, rebuilt = reconfigure.decide(orjson.loads(held_text) if held_text else None, config,
                                                  rebuild=rebuild)
             wanted = held_text if record is None else orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()
             with self._round_trip("configuration record"):
                 generation, found = self.client.eval(ADOPT, 3, *keys, wanted, held_text, "1" if rebuilt else "0",
-                                                     str(state_format.FORMAT_VERSION),
+                                                     str(self.write_format),
                                                      ",".join(state_format.READABLE_FORMATS))
             if generation == -2:
                 state_format.check_format(text(found))
@@ -113,15 +119,21 @@ class RedisStore(RedisReads):
             pipe = self.client.pipeline(transaction=False)
             for query_id in queries:
                 pipe.hgetall(self._key(partition, "q", query_id))
+                pipe.hgetall(self._key(partition, "g", query_id))
             if ids:
                 pipe.zmscore(self._key(partition, "imp"), ids)
             pipe.hget(self._key(partition, "meta"), "clock")
             replies = pipe.execute()
-        decoded = {query_id: state_format.state_from_fields(fields)
-                   for query_id, fields in zip(queries, replies[: len(queries)], strict=True) if fields}
+        decoded: dict[str, QueryState] = {}
+        for n, query_id in enumerate(queries):
+            fields, compact = replies[2 * n], replies[2 * n + 1]
+            if fields or compact:
+                state = decoded[query_id] = state_format.state_from_fields(fields)
+                if compact:
+                    compact_format.groups_from_fields(state, compact)
         self._complete_lists(partition, decoded)
         states.update(decoded)
-        known = {i: int(score) for i, score in zip(ids, replies[len(queries)], strict=True)
+        known = {i: int(score) for i, score in zip(ids, replies[2 * len(queries)], strict=True)
                  if score is not None} if ids else {}
         clock = replies[-1]
         return Snapshot(states, known, int(clock) if clock is not None else None)
@@ -131,7 +143,7 @@ class RedisStore(RedisReads):
         bucket's lists hash: the engine scores them for the sums of squares."""
         wanted = sorted({(query_id, bucket) for query_id, state in states.items()
                          for (bucket, _), group in state.groups.items()
-                         if sum(group.lists.values()) != group.impressions})
+                         if not compact_format.whole_lists(group)})
         if not wanted:
             return
         with self._round_trip("list read"):
@@ -140,7 +152,8 @@ class RedisStore(RedisReads):
                 pipe.hgetall(self._key(partition, "lists", query_id, bucket))
             replies = pipe.execute()
         for (query_id, bucket), reply in zip(wanted, replies, strict=True):
-            groups = {segment: group for (b, segment), group in states[query_id].groups.items() if b == bucket}
+            groups = {segment: group for (b, segment), group in states[query_id].groups.items()
+                      if b == bucket and not compact_format.whole_lists(group)}
             documents = {segment: list(group.ranks) for segment, group in groups.items()}
             found: dict[str, dict[tuple[str, ...], int]] = {}
             for raw_field, count in reply.items():
@@ -197,11 +210,19 @@ class RedisStore(RedisReads):
         def ttl(bucket: int) -> int:
             return bucket_ttl_ms(bucket, now, self.horizon_ms, self.bucket_ms)
 
-        states = []
+        states: list[list[Any]] = []
         state_ttls: dict[str, int] = {}
+        compacted: set[tuple[str, int, str]] = set()
+        # The lists the batch showed, by query and group.
+        shown: dict[str, dict[tuple[int, str], list[tuple[str, ...]]]] = {}
+        if self.write_format >= 7:
+            for (q, bucket, segment, ranked) in outcome.lists:
+                shown.setdefault(q, {}).setdefault((bucket, segment), []).append(ranked)
         for query_id, state in outcome.touched.items():
             query_change = outcome.changes[query_id]
-            written, removed, appended = state_format.changed_fields(state, query_change)
+            compact = self._compact_groups(state, query_change)
+            moved = {key for key in compact if not compact_format.holds(state, key)}
+            written, removed, appended = state_format.changed_fields(state, query_change, compact, moved)
             # Judgments outlive the query's last event by the judgment TTL. A state without any
             # holds only groups, which all fall behind the horizon with its newest bucket: the
             # engine would drop them at the query's next event, and Redis drops them unasked (a
@@ -211,16 +232,27 @@ class RedisStore(RedisReads):
             state_ttl = state_ttls[query_id] = (max(map(ttl, (b for b, _ in state.groups)), default=1)
                                                 if grouped_only else self.state_ttl_ms)
             states.append([index(self._key(partition, "q", query_id)), state_ttl, written, removed, appended])
+            if self.write_format >= 7:
+                write = compact_format.compact_changes(state, compact, query_change.removed, shown.get(query_id, {}))
+                # The groups expire with the newest of them: the horizon's TTL of its bucket. The
+                # cached state is trusted no longer, written now or not: it knows what the hash holds.
+                groups_ttl = ttl(max(b for b, _ in state.groups)) if state.groups else state_ttl
+                state_ttls[query_id] = min(state_ttl, groups_ttl)
+                if write.written or write.removed or write.afresh:
+                    states.append([index(self._key(partition, "g", query_id)), groups_ttl, write.written,
+                                   write.removed, [], write.afresh])
+                compacted.update((query_id, bucket, segment) for bucket, segment in compact)
 
         lists = [[index(self._key(partition, "lists", q, b)), ttl(b), fields]
-                 for (q, b), fields in state_format.list_increments(outcome).items()]
+                 for (q, b), fields in state_format.list_increments(outcome, compacted).items()]
         impressions = [item for impression_id, bucket in outcome.impression_buckets.items()
                        for item in (str(bucket), impression_id)]
         aggs = [[index(self._key(partition, "agg", b)), ttl(b), str(b), fields]
                 for b, fields in state_format.aggregate_increments(outcome).items()]
         # The script logs the rows itself while a reader holds the lease: they cross the network once.
         rows = [[index(self._key(partition, "rows", b)), ttl(b), fields, b]
-                for b, fields in state_format.row_writes(outcome).items()]
+                for b, fields in state_format.row_writes(
+                    outcome, compact_format.encode_row if self.write_format >= 7 else state_format.encode_row).items()]
         prune = str(oldest_kept_bucket(now, self.horizon_ms, self.bucket_ms)) if now is not None else None
         forget = str(oldest_kept_bucket(now, self.dedup_horizon_ms, self.bucket_ms)) if now is not None else None
         # Before the clock moves: a partition marks an experiment's first bucket by the clock it had.
@@ -238,6 +270,15 @@ class RedisStore(RedisReads):
             "forget": forget,
         }
         return keys, orjson.dumps(payload).decode(), state_ttls
+
+    def _compact_groups(self, state: QueryState, change: QueryChange) -> set[tuple[int, str]]:
+        """The batch's changed groups written to the query's compact hash (format 7): those whose
+        every impression is in a list they hold; the others stay in format 6 until they go."""
+        if self.write_format < 7:
+            return set()
+        # A group the compact hash holds has all its lists: the engine adds each impression's.
+        return {key for key in change.dirty & state.groups.keys()
+                if compact_format.holds(state, key) or compact_format.whole_lists(state.groups[key])}
 
     def admit(self, label: str, value: str, cap: int) -> bool:
         # A value once admitted stays admitted, and a full set stays full: both answers can be cached.

@@ -22,7 +22,7 @@ from redis.exceptions import MovedError, RedisClusterException, RedisError
 from redis.sentinel import Sentinel
 
 from stream_ndcg.errors import StoreUnavailable
-from stream_ndcg.state import experiment_format
+from stream_ndcg.state import compact_format, experiment_format
 from stream_ndcg.state import format as state_format
 from stream_ndcg.state.base import ExperimentRead, RowRead
 from stream_ndcg.state.cache import StateCache
@@ -186,14 +186,19 @@ class RedisReads(RedisClient):
 
     def ranked_lists(self, partition: str, query_id: str) -> dict[tuple[int, str, tuple[str, ...]], int]:
         with self._round_trip("list read"):
-            fields = self.client.hgetall(self._key(partition, "q", query_id))
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hgetall(self._key(partition, "q", query_id))
+            pipe.hgetall(self._key(partition, "g", query_id))
+            fields, compact = pipe.execute()
+            # The groups of format 7 hold their lists; those of earlier formats have them in their
+            # bucket's lists hash (a group moved to format 7 is no longer in the query's hash).
+            held = compact_format.compact_lists(compact) if compact else {}
             groups = state_format.state_from_fields(fields).groups if fields else {}
             buckets = sorted({b for b, _ in groups})
             pipe = self.client.pipeline(transaction=False)
             for bucket in buckets:
                 pipe.hgetall(self._key(partition, "lists", query_id, bucket))
             replies = pipe.execute()
-        held: dict[tuple[int, str, tuple[str, ...]], int] = {}
         documents: dict[int, dict[str, list[str]]] = {}
         for (bucket, segment), group in groups.items():
             documents.setdefault(bucket, {})[segment] = list(group.ranks)
@@ -224,7 +229,7 @@ class RedisReads(RedisClient):
             # Every entry since the cursor, none missing, up to the count read first.
             if (numbers == list(range(int(seen) + 1, int(seen) + 1 + len(numbers)))
                     and (numbers[-1] if numbers else int(seen)) >= int(written or 0)):
-                rows = [(bucket, *state_format.decode_row_field(field), state_format.decode_row(value))
+                rows = [(bucket, *state_format.decode_row_field(field), compact_format.decode_row(value))
                         for _, values in entries for bucket, field, value in orjson.loads(values[b"r"])]
                 return RowRead(_log_cursor(entries[-1]) if entries else cursor, False, rows)
         with self._round_trip("row read"):
@@ -240,7 +245,7 @@ class RedisReads(RedisClient):
             for bucket in buckets:
                 pipe.hgetall(self._key(partition, "rows", int(bucket)))
             replies = pipe.execute()
-        rows = [(int(bucket), *state_format.decode_row_field(field), state_format.decode_row(value))
+        rows = [(int(bucket), *state_format.decode_row_field(field), compact_format.decode_row(value))
                 for bucket, held in zip(buckets, replies, strict=True) for field, value in held.items()]
         newest = last[0] if last else None
         cursor = (_log_cursor(newest) if newest is not None and int(newest[1][b"n"]) >= int(written or 0)

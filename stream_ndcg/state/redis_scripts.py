@@ -23,11 +23,17 @@ Cluster hash tag, so that everything of one input partition P =
                                        aggepoch (counts the times aggchg missed commits: see below)
     {ns:P}:counts              HASH    event counts: impression, judgment, click, duplicate:*, rejected:*,
                                        judgment_source:*, judgment_unlisted_source
-    {ns:P}:q:<query_id>        HASH    the query's state (fields: `state.format`), TTL max(horizon,
-                                       judgment TTL); without judgments, under the wall clock, its
-                                       newest bucket's TTL
+    {ns:P}:q:<query_id>        HASH    the query's judgments, and its groups of formats 1 to 6 until
+                                       they move to the g hash (fields: `state.format`), TTL
+                                       max(horizon, judgment TTL); without judgments, under the wall
+                                       clock, its newest bucket's TTL
+    {ns:P}:g:<query_id>        HASH    the query's groups with their ranked lists, its documents and
+                                       segments interned (`state.compact_format`; format 7), TTL
+                                       its newest bucket's horizon; written afresh (deleted first)
+                                       when its documents' table has grown stale
     {ns:P}:lists:<query_id>:<bucket>  HASH  the query's ranked lists, as positions in their groups
-                                       (`state.format`), TTL horizon
+                                       (`state.format`), TTL horizon; since format 7 only for the
+                                       groups of earlier formats that are not moved to the g hash
     {ns:P}:imp                 ZSET    impression ids applied, scored by the bucket each is remembered
                                        from (`Engine._impression`); pruned behind the dedup horizon
     {ns:P}:agg:<bucket>        HASH    aggregate sums (`state.format`), TTL horizon
@@ -68,6 +74,7 @@ if redis.call('HGET', KEYS[2], 'aggmark') ~= (ARGV[3] ~= '' and ARGV[3] or false
   redis.call('HINCRBY', KEYS[2], 'aggepoch', 1)
 end
 for _, s in ipairs(p.states) do
+  if s[6] then redis.call('DEL', KEYS[s[1]]) end
   for i = 1, #s[3], 200 do redis.call('HSET', KEYS[s[1]], unpack(s[3], i, math.min(i + 199, #s[3]))) end
   for i = 1, #s[4], 200 do redis.call('HDEL', KEYS[s[1]], unpack(s[4], i, math.min(i + 199, #s[4]))) end
   for _, a in ipairs(s[5]) do

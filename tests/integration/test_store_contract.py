@@ -27,7 +27,8 @@ pytestmark = pytest.mark.redis
 
 
 class TestRedisStore(StoreContract):
-    @pytest.fixture(params=["redis-cold", "redis-cached", "redis-cluster"])
+    # redis-format-6: as an instance told to write the previous format (`state_format`) writes.
+    @pytest.fixture(params=["redis-cold", "redis-cached", "redis-cluster", "redis-format-6"])
     def store(self, request: pytest.FixtureRequest) -> Iterator[StateStore]:
         cluster = request.param == "redis-cluster"
         server = request.getfixturevalue("redis_cluster" if cluster else "redis_server")
@@ -36,7 +37,7 @@ class TestRedisStore(StoreContract):
         cache_groups = 1000 if request.param == "redis-cached" else 0
         yield RedisStore(client, namespace=f"c-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
                          state_ttl_ms=HORIZON, dedup_horizon_ms=DEDUP_HORIZON, wall_clock=False,
-                         cache_groups=cache_groups)
+                         cache_groups=cache_groups, write_format=6 if request.param == "redis-format-6" else 7)
         client.close()
 
 
@@ -131,21 +132,37 @@ def test_state_in_a_later_format_is_refused_and_earlier_state_is_recorded_as_tod
     config, key = {"k": [3, 10]}, f"{{{namespace}}}:format"
     today = str(state_format.FORMAT_VERSION).encode()
     assert store.adopt(config) is False
-    assert raw.get(key) == today == b"6"
+    assert raw.get(key) == today == b"7"
     # As the releases before the version was recorded left it (0.1.0 among them), as the first ones
     # that recorded it did, as the release before the compact groups did, as the one before
-    # judgment sources did, as the one before the sums of squares did, and as the one before the
-    # experiments' cells did: read, and recorded as today's.
-    for earlier in (None, "1", "2", "3", "4", "5"):
+    # judgment sources did, as the one before the sums of squares did, as the one before the
+    # experiments' cells did, and as the one before the groups' own hash did: read, and recorded
+    # as today's.
+    for earlier in (None, "1", "2", "3", "4", "5", "6"):
         if earlier is None:
             raw.delete(key)
         else:
             raw.set(key, earlier)
         assert store.adopt(config) is False
         assert raw.get(key) == today
-    raw.set(key, "7")
-    with pytest.raises(ConfigError, match="format version '7'"):
+    raw.set(key, "8")
+    with pytest.raises(ConfigError, match="format version '8'"):
         store.adopt(config, rebuild=True)
+    assert raw.get(key) == b"8"
+    # Told to write the previous format (for a release that must stay possible to roll back), it
+    # records that one over it or an earlier one, and refuses state already written in today's.
+    previous = RedisStore(client, namespace=namespace, bucket_ms=BUCKET, horizon_ms=HORIZON, state_ttl_ms=HORIZON,
+                          write_format=6)
+    for earlier in (None, "5", "6"):
+        if earlier is None:
+            raw.delete(key)
+        else:
+            raw.set(key, earlier)
+        assert previous.adopt(config) is False
+        assert raw.get(key) == b"6"
+    raw.set(key, "7")
+    with pytest.raises(ConfigError, match="set to write version 6"):
+        previous.adopt(config)
     assert raw.get(key) == b"7"
     client.close()
     raw.close()
@@ -210,8 +227,9 @@ def test_a_query_state_without_judgments_expires_with_its_newest_bucket_under_th
     now = int(time.time() * 1000)
     ttls = {}
     for wall_clock in (True, False):
+        # Format 6, whose query hash holds the groups (format 7's: tests/integration/test_compact_state.py).
         store = RedisStore(client, namespace=f"ttl-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
-                           state_ttl_ms=judgment_ttl, wall_clock=wall_clock)
+                           state_ttl_ms=judgment_ttl, wall_clock=wall_clock, write_format=6)
         engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
         epoch = store.claim("t:0")
         batch = parsed([shown % (b"1", b"shown", now), shown % (b"2", b"judged", now), judged % now])
@@ -228,8 +246,9 @@ def test_a_query_state_without_judgments_expires_with_its_newest_bucket_under_th
 
 def test_lists_written_by_format_1_and_again_by_format_2_add_up(redis_server: RedisServer) -> None:
     client = connect(redis_server.url)
+    # Lists of groups of format 6 (format 7 keeps a group's lists with it).
     store = RedisStore(client, namespace=f"lists-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
-                       state_ttl_ms=HORIZON, wall_clock=False)
+                       state_ttl_ms=HORIZON, wall_clock=False, write_format=6)
     engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
     epoch = store.claim("t:0")
     shown = b'{"type":"impression","impression_id":"%d","query_id":"q","ts":%d,"results":["b","a"]}'

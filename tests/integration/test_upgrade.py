@@ -1,6 +1,7 @@
 """An upgrade without a cliff: state built by release 0.1.0, or by the last commit that wrote state
-format 3, 4 or 5, stopped mid-stream, is continued by the working tree, and the numbers equal the
-replay of the whole stream to 1e-9."""
+format 3, 4, 5 or 6, stopped mid-stream, is continued by the working tree, and the numbers equal the
+replay of the whole stream to 1e-9; and a rollback: state the working tree wrote told to write
+format 6 is continued by the last commit that wrote it, with the same numbers."""
 
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ FORMAT_3 = "56cf76aaa703e53d7106af8700e02081b1882cfd"
 FORMAT_4 = "5446c1c7fb40094b1c6418e6e5e81d037227207d"
 # The last commit that wrote state format 5 (before the experiments' cells, #29).
 FORMAT_5 = "5d6871ee9e93c696b3a07dea268f9381664e8620"
+# The last commit that wrote state format 6 (before the compact groups, #30).
+FORMAT_6 = "c9258eb7873a0ee527cd61e325e535e66aa934c8"
 
 
 def release_0_1_0(into: Path) -> Path:
@@ -112,6 +115,29 @@ def old_then_new(commit: str, kafka: KafkaBroker, service_env: dict[str, str], s
     new.start()
     send_paced(kafka.bootstrap, topic, after, 2_000.0).join()
     return new, wait_for_messages(new, len(before) + len(after))
+
+
+def new_then_old(commit: str, kafka: KafkaBroker, service_env: dict[str, str], services: list[Service],
+                 tmp_path: Path, before: list[tuple[bytes, bytes]], after: list[tuple[bytes, bytes]],
+                 new_settings: dict[str, str]) -> tuple[Service, Samples]:
+    """`old_then_new` the other way round (a rollback): the working tree, with `new_settings`,
+    takes in `before` and stops; the package of `commit` goes on with `after`."""
+    old_code = package_of(commit, tmp_path / f"old-{commit[:8]}")
+    topic = create_topic(kafka.bootstrap, partitions=2)
+    env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_BATCH_SIZE="200")
+    new = Service({**env, **new_settings}, tmp_path / "new")
+    old = Service({**env, "PYTHONPATH": str(old_code)}, tmp_path / "old", python=(sys.executable, "-P"))
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    services.extend([new, old])
+
+    new.start()
+    send_paced(kafka.bootstrap, topic, before, 2_000.0).join()
+    wait_for_messages(new, len(before))
+    assert new.stop() == 0
+    old.start()
+    send_paced(kafka.bootstrap, topic, after, 2_000.0).join()
+    return old, wait_for_messages(old, len(before) + len(after))
 
 
 def from_other_sources(messages: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -208,3 +234,24 @@ def test_state_of_format_5_takes_an_experiment_whose_figures_equal_the_replays(
         assert_close_figures(served["k"][k], expected["k"][k])
     assert new.stop() == 0
 
+
+
+def test_state_of_format_6_is_continued_in_format_7_and_its_figures_equal_the_replays(
+        kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
+    messages = simulated(8_000, seed=59)
+    before, after = messages[:4_000], messages[4_000:]
+    new, samples = old_then_new(FORMAT_6, kafka, service_env, services, tmp_path, before, after)
+    assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == compared_gauges()
+    assert new.stop() == 0
+
+
+def test_state_written_in_format_6_when_told_to_is_continued_by_the_release_before_format_7(
+        kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
+    """The rollback: the working tree with state_format = 6 hands its state back to the last
+    release that wrote format 6, which reads it and goes on; the figures equal the replay's."""
+    messages = simulated(8_000, seed=61)
+    before, after = messages[:4_000], messages[4_000:]
+    old, samples = new_then_old(FORMAT_6, kafka, service_env, services, tmp_path, before, after,
+                                {"STREAM_NDCG_STATE_FORMAT": "6"})
+    assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == compared_gauges()
+    assert old.stop() == 0

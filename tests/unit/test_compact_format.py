@@ -1,0 +1,137 @@
+"""State format 7's compact groups (`state.compact_format`): what is written reads back as the
+groups it was written from, batch after batch, with only what changed written."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stream_ndcg.engine import Engine
+from stream_ndcg.events import parse_event
+from stream_ndcg.metric import Measure
+from stream_ndcg.query_state import Group, QueryState
+from stream_ndcg.state import compact_format
+from stream_ndcg.state import format as state_format
+from stream_ndcg.state.compact_format import (
+    PIECE,
+    compact_changes,
+    groups_from_fields,
+    numbers_of,
+    numbers_text,
+    pieces,
+    position,
+    positions_of,
+    table_of,
+    table_text,
+)
+
+
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=20))
+def test_sums_read_back_as_the_same_doubles_in_at_most_twelve_characters_each(values: list[float]) -> None:
+    text = numbers_text(values)
+    head, _, blob = text.partition("|")
+    assert all(len(part) <= 12 for part in head.split(","))
+    assert len(blob) <= 4 * math.ceil(8 * head.split(",").count("'") / 3)
+    read = numbers_of(text)
+    assert read == values
+    # Signs too, but for zeros: -0.0 comes back as 0.0.
+    assert [math.copysign(1, x) for x in read if x] == [math.copysign(1, x) for x in values if x]
+
+
+@given(st.lists(st.integers(0, 5000), max_size=20))
+def test_positions_read_back(indices: list[int]) -> None:
+    assert positions_of("".join(position(i) for i in indices)) == indices
+
+
+@given(st.text(max_size=400))
+def test_pieces_fit_a_listpack_and_join_back(text: str) -> None:
+    cut = pieces("h", text)
+    assert all(len(value.encode()) <= PIECE for _, value in cut)
+    assert "".join(value for _, value in cut) == text
+    assert [name for name, _ in cut] == ["h", *(f"h~{i}" for i in range(1, len(cut)))]
+
+
+@pytest.mark.parametrize("entries", [[], ["a"], ["d1", "d2"], ["x\x1fy", "z"], ["[not json", "b"], ["é" * 40]])
+def test_a_table_reads_back(entries: list[str]) -> None:
+    assert table_of(table_text(entries)) == entries
+
+
+def stored(fields: dict[str, str], written: list[str], removed: list[str], afresh: bool) -> dict[str, str]:
+    held = {} if afresh else dict(fields)
+    held.update(zip(written[::2], written[1::2], strict=True))
+    for name in removed:
+        held.pop(name, None)
+    return held
+
+
+def as_read(fields: dict[str, str]) -> QueryState:
+    state = QueryState()
+    groups_from_fields(state, {name.encode(): value.encode() for name, value in fields.items()})
+    return state
+
+
+def test_batches_written_read_back_as_the_engines_groups_and_write_only_what_changed() -> None:
+    measure = Measure(cutoffs=(3, 10))
+    engine = Engine(measure, 60_000, horizon_ms=300_000)
+    state = QueryState()
+    known: dict[str, int] = {}
+    fields: dict[str, str] = {}
+    afresh = 0
+    shown = '{"type":"impression","impression_id":"%d","query_id":"q","ts":%d,"results":%s,"segment":{"v":"%s"}}'
+    judged = '{"type":"judgment","query_id":"q","doc_id":"%s","grade":%d,"ts":%d}'
+    ts = 1_763_683_200_000
+    for batch in range(30):
+        events = [parse_event((shown % (batch * 10 + n, ts, str([f"d{2 * batch + n + i}" for i in range(6)])
+                                        .replace("'", '"'), "AB"[n % 2])).encode()) for n in range(4)]
+        events.append(parse_event((judged % (f"d{2 * batch}", batch % 4, ts)).encode()))
+        outcome = engine.apply(events, {"q": state}, known, ts, event_clock=True)
+        state = outcome.touched["q"]
+        change = outcome.changes["q"]
+        changed: dict[tuple[int, str], list[tuple[str, ...]]] = {}
+        for (_, bucket, segment, ranked) in outcome.lists:
+            changed.setdefault((bucket, segment), []).append(ranked)
+        write = compact_changes(state, change.dirty, change.removed, changed)
+        fields = stored(fields, write.written, write.removed, write.afresh)
+        afresh += write.afresh
+        read = as_read(fields)
+        assert read.groups.keys() == state.groups.keys()
+        for key, group in state.groups.items():
+            again = read.groups[key]
+            assert (again.impressions, again.lists, again.ranks) == (group.impressions, group.lists, group.ranks)
+            assert again.credited == group.credited
+        # A batch of 4 impressions writes their lists and its groups' headers, not every list held.
+        if not write.afresh:
+            assert len([name for name in write.written[::2] if ":" in name]) <= 4
+        assert all(len(name.encode()) <= PIECE and len(value.encode()) <= PIECE for name, value in fields.items())
+        ts += 45_000
+    # The documents shown drift: the table, grown stale, was written afresh.
+    assert afresh > 0
+    # Old buckets went behind the horizon: their groups and lists went from the hash.
+    assert {name.split(".")[0] for name in fields if name[0].isdigit()} == {str(b) for b, _ in state.groups}
+
+
+def test_a_group_without_the_lists_of_all_its_impressions_is_not_stored_compact() -> None:
+    assert not compact_format.whole_lists(Group(impressions=3, lists={("a",): 2}))
+    assert compact_format.whole_lists(Group(impressions=3, lists={("a",): 2, ("b", "a"): 1}))
+
+
+def test_a_hash_whose_last_group_went_is_removed_whole() -> None:
+    state = QueryState()
+    state.groups[(1, "{}")] = Group(impressions=1, credited={"impressions": 1.0}, ranks={"a": {1: 1}},
+                                    lists={("a",): 1})
+    first = compact_changes(state, [(1, "{}")], [], {})
+    assert {"d", "s", "1.0", "1.0:" + position(0)} <= set(first.written[::2]) and not first.afresh
+    del state.groups[(1, "{}")]
+    assert compact_changes(state, [], [(1, "{}")], {}) == compact_format.CompactWrite([], [], afresh=True)
+
+
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=22))
+def test_a_row_of_format_7_or_6_reads_back(values: list[float]) -> None:
+    row = tuple(values)
+    dense = compact_format.encode_row(row)
+    assert compact_format.decode_row(dense) == row == compact_format.decode_row(dense.encode())
+    assert compact_format.decode_row(state_format.encode_row(row)) == row
+    assert len(dense) <= len(state_format.encode_row(row))
