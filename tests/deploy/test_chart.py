@@ -329,3 +329,26 @@ def test_checkov_finds_no_unexplained_failure(tmp_path: Path) -> None:
     # Every skip carries its reason in the chart (checkov.io/skip annotations).
     for check in report["results"]["skipped_checks"]:
         assert check["check_result"].get("suppress_comment"), check["check_id"]
+
+
+def notes(tmp_path: Path, *extra: str) -> str:
+    """The chart's NOTES.txt as `helm install` prints it. `helm template` leaves NOTES.txt out and
+    `helm install --dry-run` wants a cluster, so a copy of the chart renders it as a template of its
+    own: --debug prints it before the YAML parse refuses it."""
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    (chart / "templates" / "NOTES.txt").rename(chart / "templates" / "notes.yaml")
+    result = helm("template", "search", str(chart), "--namespace", "search", "--debug",
+                  "--show-only", "templates/notes.yaml", *extra)
+    assert "# Source: stream-ndcg/templates/notes.yaml" in result.stdout, result.stderr
+    return result.stdout.split("# Source: stream-ndcg/templates/notes.yaml", 1)[1]
+
+
+def test_the_notes_say_how_to_reach_the_service_and_when_the_comparison_alert_is_missing(tmp_path: Path) -> None:
+    without_control = notes(tmp_path / "a")
+    assert "port-forward svc/search-stream-ndcg 9464" in without_control
+    assert "http://127.0.0.1:9465/" in without_control
+    assert "StreamNdcgSegmentBelowAnother is not rendered: no control is set" in without_control
+    with_control = notes(tmp_path / "b", "--set", "alerts.control=variant=A", "--set", "api.enabled=false")
+    assert "port-forward svc/search-stream-ndcg 9464" in with_control
+    assert "9465" not in with_control and "not rendered" not in with_control
