@@ -27,7 +27,8 @@ from stream_ndcg.foreground import run_in_foreground
 from stream_ndcg.judge_loop import JudgeOptions, JudgeProcessor
 from stream_ndcg.judge_metrics import JudgeCollector
 from stream_ndcg.source.base import Partition
-from stream_ndcg.source.kafka import KafkaOutput, KafkaSource, consumer_options
+from stream_ndcg.source.kafka import KafkaSource, consumer_options
+from stream_ndcg.source.kafka_output import KafkaOutput
 
 logger = logging.getLogger(__name__)
 
