@@ -8,11 +8,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import orjson
 import pytest
 from kafka.errors import KafkaConnectionError, MessageSizeTooLargeError, UnknownError
 
 from stream_ndcg.dead_letters import DeadLetters
 from stream_ndcg.errors import BrokerUnavailable
+from stream_ndcg.judge_service import KafkaPublisher
+from stream_ndcg.source.base import Partition
 from stream_ndcg.source.kafka_output import KafkaOutput
 
 
@@ -154,3 +157,19 @@ def test_a_refusal_for_size_without_a_handler_or_with_other_failures_is_an_outag
     output.send("out", b"q", b"a", on_too_large=lambda: None)
     with pytest.raises(BrokerUnavailable, match="not acknowledged"):
         output.flush()
+
+
+def test_judge_drops_and_counts_a_judgment_the_broker_refuses_for_its_size() -> None:
+    producers: list[Producer] = []
+
+    def connect() -> Producer:
+        producers.append(Producer(max_size=10_000, broker_max_size=300))
+        return producers[-1]
+
+    dropped: list[int] = []
+    publisher = KafkaPublisher(KafkaOutput(connect, "judgments"), lambda: dropped.append(1))
+    judgments = [orjson.dumps({"type": "judgment", "query_id": query, "doc_id": "d1", "grade": 1.0, "ts": 1,
+                               "event_id": "coec@1"}) for query in ("q1", "q" * 400, "q2")]
+    publisher.publish(Partition("events", 2), judgments)
+    assert dropped == [1]
+    assert [sent["value"] for producer in producers for sent in producer.sent] == [judgments[0], judgments[2]]
