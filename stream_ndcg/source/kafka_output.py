@@ -4,9 +4,9 @@ output), through one kafka-python producer, with that producer's workarounds in 
 kafka-python 3.0's idempotent producer treats a batch the broker refuses for its size (larger than
 the topic's `max.message.bytes`, once a batch of several records was split) as a fatal error: every
 later batch fails with the same error until the producer is closed, so the record refused cannot be
-told from those that merely followed it. `flush` sends the refused records again, each alone on a
-new producer. And the split of such a batch makes kafka-python's own `flush` raise before it is done
-(see `KafkaOutput._wait`).
+told from those that merely followed it (seen in tests/integration/test_ubi_bridge.py; no upstream
+issue found). `flush` sends the refused records again, each alone on a new producer. And the split
+of such a batch makes kafka-python's own `flush` raise before it is done (see `KafkaOutput._wait`).
 """
 
 from __future__ import annotations
@@ -75,19 +75,20 @@ class KafkaOutput:
         pending, self._pending = self._pending, []
         self._wait()
         failed = [(outgoing, future) for outgoing, future in pending if not future.succeeded()]
-        if not any(outgoing.on_too_large is not None and _too_large(future) for outgoing, future in failed):
-            if failed:
-                raise BrokerUnavailable(f"{self.name}: {len(failed)} record(s) not acknowledged")
+        if not failed:
             return
+        # The producer may be fatal now (see above): what comes next goes on a new one.
         self.close()
+        if not any(outgoing.on_too_large is not None and _too_large(future) for outgoing, future in failed):
+            raise BrokerUnavailable(f"{self.name}: {len(failed)} record(s) not acknowledged")
         for outgoing, _ in failed:
             future = self._send(outgoing)
             self._wait()
             if future is None or future.succeeded():
                 continue
+            self.close()
             if outgoing.on_too_large is None or not _too_large(future):
                 raise BrokerUnavailable(f"{self.name}: a record not acknowledged: {future.exception!r}")
-            self.close()
             outgoing.on_too_large()
 
     def close(self) -> None:

@@ -148,10 +148,20 @@ def test_a_record_the_broker_refuses_for_its_size_is_told_from_those_it_took_dow
 
 
 def test_a_refusal_for_size_without_a_handler_or_with_other_failures_is_an_outage() -> None:
-    output = KafkaOutput(lambda: Producer(max_size=10_000, broker_max_size=100), "judgments")
+    producers: list[Producer] = []
+
+    def connect() -> Producer:
+        producers.append(Producer(max_size=10_000, broker_max_size=100))
+        return producers[-1]
+
+    output = KafkaOutput(connect, "judgments")
     output.send("out", b"q", b"x" * 500)
     with pytest.raises(BrokerUnavailable, match="1 record"):
         output.flush()
+    # The producer the refusal made fatal is not used again.
+    output.send("out", b"q", b"a")
+    output.flush()
+    assert len(producers) == 2 and producers[1].sent[0]["value"] == b"a"
     flaky = Producer(acknowledge=False)
     output = KafkaOutput(lambda: flaky, "output topic")
     output.send("out", b"q", b"a", on_too_large=lambda: None)
