@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 
 from stream_ndcg.source.base import Record
-from stream_ndcg.source.kafka import KafkaOutput, ProducerFactory
+from stream_ndcg.source.kafka_output import KafkaOutput, ProducerFactory
 
 logger = logging.getLogger(__name__)
 

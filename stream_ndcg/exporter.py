@@ -321,6 +321,9 @@ class Exporter:
         self.judgments_published = Counter(MetricName.JUDGMENTS_PUBLISHED, "Judgment events judge published (again "
                                            "after a crash: run counts those as duplicates).",
                                            registry=registry if judge is not None else None)
+        self.judgments_too_large = Counter(MetricName.JUDGMENTS_TOO_LARGE, "Judgment events the brokers refused "
+                                           "for their size: dropped, not retried (in judgments_published too).",
+                                           registry=registry if judge is not None else None)
         self._listener: Listener | None = None
 
     def serve(self, host: str, port: int, ready: Callable[[], bool]) -> int:

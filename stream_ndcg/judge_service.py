@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import orjson
@@ -27,23 +28,36 @@ from stream_ndcg.foreground import run_in_foreground
 from stream_ndcg.judge_loop import JudgeOptions, JudgeProcessor
 from stream_ndcg.judge_metrics import JudgeCollector
 from stream_ndcg.source.base import Partition
-from stream_ndcg.source.kafka import KafkaOutput, KafkaSource, consumer_options
+from stream_ndcg.source.kafka import KafkaSource, consumer_options
+from stream_ndcg.source.kafka_output import KafkaOutput
 
 logger = logging.getLogger(__name__)
 
 
 class KafkaPublisher:
     """Publishes judgment events keyed by their query id, with acks from every in-sync replica and
-    the idempotent producer (a retried send is not written twice)."""
+    the idempotent producer (a retried send is not written twice).
 
-    def __init__(self, output: KafkaOutput) -> None:
+    A judgment is a few kilobytes at most (a query id and a document id of at most `max_id_length`
+    characters, and a few figures), far below the producer's `max_request_size`, but a topic whose
+    `max.message.bytes` is set smaller than that refuses it: it is then dropped, logged and counted
+    by `on_too_large`, not retried forever (which would stop the judge)."""
+
+    def __init__(self, output: KafkaOutput, on_too_large: Callable[[], None]) -> None:
         self.output = output
+        self.on_too_large = on_too_large
 
     def publish(self, partition: Partition, messages: Sequence[bytes]) -> None:
         for message in messages:
-            self.output.send(partition.topic, orjson.loads(message)["query_id"].encode(), message,
-                             partition=partition.partition)
+            judgment = orjson.loads(message)
+            self.output.send(partition.topic, judgment["query_id"].encode(), message, partition=partition.partition,
+                             on_too_large=partial(self._too_large, partition, judgment["event_id"], len(message)))
         self.output.flush()
+
+    def _too_large(self, partition: Partition, event_id: str, size: int) -> None:
+        logger.warning("judge: a judgment (event_id %s, %d bytes) is too large for %s: dropped", event_id, size,
+                       partition.name)
+        self.on_too_large()
 
     def close(self) -> None:
         self.output.close()
@@ -59,7 +73,8 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
                                auto_offset_reset=settings.auto_offset_reset, batch_size=settings.batch_size,
                                max_message_bytes=settings.max_message_bytes)
     producer_options: dict[str, Any] = dict(kafka_options, acks="all", enable_idempotence=True, linger_ms=5)
-    publisher = KafkaPublisher(KafkaOutput(lambda: KafkaProducer(**producer_options), "judgments"))
+    publisher = KafkaPublisher(KafkaOutput(lambda: KafkaProducer(**producer_options), "judgments"),
+                               exporter.judgments_too_large.inc)
     judge_options = JudgeOptions(topics=settings.topics, linger_ms=settings.linger, batch_size=settings.batch_size,
                                  start_from="earliest" if settings.auto_offset_reset == "earliest" else "latest",
                                  idle_ms=settings.judge_idle, checks=wiring.record_checks(settings),

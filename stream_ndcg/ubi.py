@@ -49,6 +49,8 @@ SKIP_REASONS = (
     "missing_timestamp", "invalid_timestamp", "invalid_hit_ids", "missing_action_name", "other_action",
     "missing_object", "invalid_object_id", "excluded_client", "duplicate_search", "no_results",
     "impression_with_hit_ids", "late_impression", "no_search",
+    # An event the bridge's output topic refused for its size (counted by the bridge, not the join).
+    "too_large",
 )
 CLICK_OUTCOMES = ("joined", "unjoined", "too_late")
 

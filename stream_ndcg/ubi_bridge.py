@@ -12,6 +12,11 @@ own. Every batch goes:
 3. flush, and only once every event is acknowledged, commit per partition the least offset its
    lane still holds (a search its clicks may still come for, a waiting click), or past the batch.
 
+An event the output topic refuses for its size (at send, by the producer's `max_request_size`; at
+the flush, by the topic's `max.message.bytes`) is not retried: it is counted as skipped,
+`too_large`, logged with its UBI query_id and size, and the batch is committed past it as past a
+UBI document skipped.
+
 So a crash, a restart or a rebalance reads again what was held and sends its events again, with
 the same event ids: at least once, never lost, and a repeat is a duplicate downstream (`run` drops
 an impression id seen within `dedup_horizon`; a click counts once per impression and document).
@@ -22,8 +27,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from kafka import KafkaConsumer, KafkaProducer
@@ -35,11 +41,12 @@ from prometheus_client.registry import Collector
 from stream_ndcg.backoff import Backoff
 from stream_ndcg.config import Settings
 from stream_ndcg.errors import BrokerUnavailable, RecoverableError
-from stream_ndcg.events import Limits
+from stream_ndcg.events import Click, Impression, Limits
 from stream_ndcg.exporter import serve_metrics
 from stream_ndcg.foreground import run_in_foreground
 from stream_ndcg.source.base import Partition, Source, StartFrom
-from stream_ndcg.source.kafka import KafkaOutput, KafkaSource, consumer_options
+from stream_ndcg.source.kafka import KafkaSource, consumer_options
+from stream_ndcg.source.kafka_output import KafkaOutput
 from stream_ndcg.ubi import CLICK_OUTCOMES, SKIP_REASONS, UbiCounts, UbiJoin, UbiOptions, contract_message
 from stream_ndcg.vocabulary import MetricName
 
@@ -48,9 +55,10 @@ logger = logging.getLogger(__name__)
 
 class Sink(Protocol):
     """Where the bridge's events go: `send` queues one, `flush` returns once every one queued is
-    acknowledged, or raises BrokerUnavailable."""
+    acknowledged or refused for its size (`on_too_large` called: at `send` or at `flush`), or raises
+    BrokerUnavailable."""
 
-    def send(self, key: bytes, value: bytes) -> None: ...
+    def send(self, key: bytes, value: bytes, on_too_large: Callable[[], None]) -> None: ...
 
     def flush(self) -> None: ...
 
@@ -62,8 +70,8 @@ class KafkaSink:
         self.output = output
         self.topic = topic
 
-    def send(self, key: bytes, value: bytes) -> None:
-        self.output.send(self.topic, key, value)
+    def send(self, key: bytes, value: bytes, on_too_large: Callable[[], None]) -> None:
+        self.output.send(self.topic, key, value, on_too_large=on_too_large)
 
     def flush(self) -> None:
         self.output.flush()
@@ -115,7 +123,8 @@ class BridgeMetrics(Collector):
                                      labels=["outcome"])
         for outcome in CLICK_OUTCOMES:
             clicks.add_metric([outcome], counts.clicks[outcome])
-        impressions = CounterMetricFamily(MetricName.UBI_IMPRESSIONS, "Impressions written, one per UBI search.")
+        impressions = CounterMetricFamily(MetricName.UBI_IMPRESSIONS, "Impressions sent, one per UBI search "
+                                          "(those refused for their size are skipped too_large too).")
         impressions.add_metric([], counts.impressions)
         yield from (read, skipped, clicks, impressions)
 
@@ -169,7 +178,8 @@ class UbiBridge:
             add = lane.add_query if partition.topic == self.options.queries_topic else lane.add_event
             for record in records:
                 for event in add(record.value, record.offset):
-                    self.sink.send(*contract_message(event))
+                    key, value = contract_message(event)
+                    self.sink.send(key, value, partial(self._too_large, event, len(key) + len(value)))
             self._next[partition] = records[-1].offset + 1
         self.sink.flush()
         commits: dict[Partition, int] = {}
@@ -215,6 +225,13 @@ class UbiBridge:
             self._started.add(partition)
             if offset is not None:
                 self._committed[partition] = offset
+
+    def _too_large(self, event: Impression | Click, size: int) -> None:
+        """An event the output topic refused for its size: bad input, not an outage, so it is counted
+        and logged (never its content) instead of retried forever."""
+        self.metrics.counts.skipped["too_large"] += 1
+        logger.warning("ubi-bridge: the %s of UBI query_id %r (%d bytes) is too large for the output topic: "
+                       "skipped (too_large)", type(event).__name__.lower(), event.impression_id, size)
 
     def _fault(self, exc: RecoverableError) -> None:
         logger.warning("ubi-bridge: %s; starting again from the committed offsets", exc)

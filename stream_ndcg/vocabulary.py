@@ -201,6 +201,7 @@ class MetricName:
     JUDGE_BOUNDARY: Final = f"{PREFIX}_judge_boundary_timestamp_seconds"
     # This process's own.
     JUDGMENTS_PUBLISHED: Final = f"{PREFIX}_judgments_published"
+    JUDGMENTS_TOO_LARGE: Final = f"{PREFIX}_judgments_too_large"
     BUILD: Final = f"{PREFIX}_build"
     BATCH_DURATION: Final = f"{PREFIX}_batch_duration_seconds"
     BATCH_EVENTS: Final = f"{PREFIX}_batch_events"

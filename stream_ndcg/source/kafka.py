@@ -1,5 +1,5 @@
-"""The `Source` on kafka-python, `KafkaOutput` for what the services write, and every workaround
-that client needs, in one place.
+"""The `Source` on kafka-python, and every workaround its consumer needs, in one place (what the
+services write goes through `kafka_output.KafkaOutput`).
 
 kafka-python 3.0 faults this adapter works around (each seen in this project's tests):
 
@@ -42,15 +42,13 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
-from kafka.errors import IllegalStateError, KafkaError, MessageSizeTooLargeError, UnsupportedCodecError
+from kafka.errors import IllegalStateError, KafkaError, UnsupportedCodecError
 from kafka.structs import MemberState, OffsetAndMetadata
 
 from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled, UndecodableRecords
 from stream_ndcg.source.base import Partition, Record, StartFrom
-
-ProducerFactory = Callable[[], KafkaProducer]
 
 
 def consumer_options(client_options: Mapping[str, Any], *, group_id: str, auto_offset_reset: str,
@@ -282,67 +280,6 @@ class KafkaSource:
             names = ", ".join(f"{tp.topic}:{tp.partition}" for tp in behind)
             raise ConsumerStalled(f"no records for {self.STALL_CHECK_S:.0f}s while {names} have some: "
                                   "rejoining the group")
-
-
-class KafkaOutput:
-    """A kafka-python producer made on first use, whose sends are waited for together.
-
-    The producer is made at the first send, inside the caller's backoff (the brokers may be down
-    when the service starts); every Kafka error becomes `BrokerUnavailable`, naming `name` (what the
-    records are), and `flush` waits for everything sent since the last flush and fails unless each
-    record was acknowledged. The dead letters, `judge`'s judgments and `ubi-bridge`'s output use it.
-
-        output = KafkaOutput(lambda: KafkaProducer(acks="all"), "judgments")
-        output.send("search-events", b"q1", b'{"type": "judgment", ...}', partition=0)
-        output.flush()
-    """
-
-    def __init__(self, connect: ProducerFactory, name: str) -> None:
-        self._connect = connect
-        self._producer: KafkaProducer | None = None
-        self._pending: list[Any] = []
-        self.name = name
-
-    @property
-    def producer(self) -> KafkaProducer:
-        if self._producer is None:
-            try:
-                self._producer = self._connect()
-            except KafkaError as exc:
-                raise BrokerUnavailable(f"{self.name}: producer cannot connect: {type(exc).__name__}") from exc
-        return self._producer
-
-    def send(self, topic: str, key: bytes | None, value: bytes | None, *, partition: int | None = None,
-             headers: list[tuple[str, bytes]] | None = None, on_too_large: Callable[[], None] | None = None) -> None:
-        """Send one record; one the producer refuses for its size calls `on_too_large` and is not
-        sent, or without it is a `BrokerUnavailable` as any other refusal."""
-        try:
-            self._pending.append(self.producer.send(topic, key=key, value=value, partition=partition,
-                                                    headers=headers))
-        except MessageSizeTooLargeError:
-            if on_too_large is None:
-                raise BrokerUnavailable(f"{self.name}: a record too large for the producer") from None
-            on_too_large()
-        except KafkaError as exc:
-            raise BrokerUnavailable(f"{self.name}: Kafka unreachable: {type(exc).__name__}: {exc}") from exc
-
-    def flush(self) -> None:
-        """Wait until every record sent since the last flush is acknowledged; BrokerUnavailable if one is not."""
-        pending, self._pending = self._pending, []
-        if self._producer is None:
-            return
-        try:
-            self._producer.flush(timeout=30)
-        except KafkaError as exc:
-            raise BrokerUnavailable(f"{self.name}: Kafka unreachable: {type(exc).__name__}: {exc}") from exc
-        failed = sum(not future.succeeded() for future in pending)
-        if failed:
-            raise BrokerUnavailable(f"{self.name}: {failed} record(s) not acknowledged")
-
-    def close(self) -> None:
-        if self._producer is not None:
-            self._producer.close(timeout=10)
-            self._producer = None
 
 
 def _undecodable_records(consumer: KafkaConsumer, exc: UnsupportedCodecError) -> UndecodableRecords:

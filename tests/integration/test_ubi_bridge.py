@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.request import urlopen
 
 import pytest
-from kafka import KafkaConsumer
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.partitioner.default import murmur2
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -163,3 +163,55 @@ def test_ubi_documents_through_the_bridge_are_the_contract_s_events(
     from_contract = replayed_judgments(direct, tmp_path, capsys)
     assert from_ubi[0], "the replay decided no judgment"
     assert from_ubi == from_contract
+
+
+def committed(bootstrap: str, group: str, topic: str) -> int | None:
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        found = admin.list_group_offsets({group: [TopicPartition(topic, 0)]}).get(group, {}).get(
+            TopicPartition(topic, 0))
+    finally:
+        admin.close()
+    return None if found is None else found.offset
+
+
+def test_an_impression_too_large_for_the_output_topic_is_counted_and_the_bridge_goes_on(
+        kafka: KafkaBroker, tmp_path: Path) -> None:
+    queries, events = (create_topic(kafka.bootstrap) for _ in range(2))
+    # Larger than the small impressions, in batches kafka-python splits, smaller than the large one.
+    output = create_topic(kafka.bootstrap, configs={"max.message.bytes": "4096"})
+    large = 2
+
+    def search(n: int) -> tuple[bytes, bytes]:
+        hits = [f"doc-{i:05d}-{'x' * 40}" for i in range(200)] if n == large else [f"d{n}-{i}" for i in range(3)]
+        return f"q-{n}".encode(), json.dumps({"query_id": f"q-{n}", "user_query": "tv", "query_response_hit_ids": hits,
+                                             "timestamp": f"2025-03-01T10:00:{n:02d}Z"}).encode()
+
+    searches, views, closing_impressions = closing(1)
+    documents = [search(n) for n in range(6)]
+    assert len(documents[large][1]) > 4096 > max(len(value) for n, (_, value) in enumerate(documents) if n != large)
+    produce(kafka.bootstrap, queries, documents + searches)
+    produce(kafka.bootstrap, events, views)
+    group, port = f"bridge-{uuid.uuid4().hex[:8]}", free_port()
+    env = {"STREAM_NDCG_BOOTSTRAP_SERVERS": kafka.bootstrap, "STREAM_NDCG_UBI_QUERIES_TOPIC": queries,
+           "STREAM_NDCG_UBI_EVENTS_TOPIC": events, "STREAM_NDCG_UBI_OUTPUT_TOPIC": output,
+           "STREAM_NDCG_UBI_GROUP_ID": group, "STREAM_NDCG_LINGER": "50ms", "STREAM_NDCG_METRICS_PORT": str(port)}
+    bridge = start_bridge(env, tmp_path, 0)
+    try:
+        # A rebalance as the group forms may write some again (the same events).
+        written = read_all(kafka.bootstrap, output, 6)
+        assert {json.loads(value)["impression_id"] for _, value in written} == {
+            *(f"q-{n}" for n in range(6) if n != large), *(i.impression_id for i in closing_impressions)}
+        too_large = ("stream_ndcg_ubi_skipped_total", (("reason", "too_large"),))
+        samples = wait_until(lambda: (found := scrape(port)).get(too_large, 0) >= 1 and found or None, 30,
+                             "the impression too large counted", ignoring=(OSError,))
+        # Committed past it: the searches before the closing one are forgotten, the closing one is held.
+        wait_until(lambda: committed(kafka.bootstrap, group, queries) == len(documents), 60,
+                   "the queries committed past the impression too large")
+        assert samples[("stream_ndcg_ready", ())] == 1
+        assert not [key for key, value in scrape(port).items() if key[0] == "stream_ndcg_backoffs_total" and value]
+    finally:
+        bridge.send_signal(signal.SIGTERM)
+        assert bridge.wait(timeout=30) == 0
+    log = (tmp_path / "bridge-0.log").read_text()
+    assert "the impression of UBI query_id 'q-2'" in log and "doc-00000" not in log

@@ -12,12 +12,14 @@ from stream_ndcg.devtools.producer import produce
 from tests.support.wait import wait_until
 
 
-def create_topic(bootstrap: str, partitions: int = 1, replication: int = 1) -> str:
-    """A new topic, returned once every partition has a leader (consumers then see all of them)."""
+def create_topic(bootstrap: str, partitions: int = 1, replication: int = 1,
+                 configs: dict[str, str] | None = None) -> str:
+    """A new topic (with the topic `configs` given), returned once every partition has a leader
+    (consumers then see all of them)."""
     name = f"events-{uuid.uuid4().hex[:10]}"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        admin.create_topics([NewTopic(name, partitions, replication)])
+        admin.create_topics([NewTopic(name, partitions, replication, topic_configs=configs or {})])
 
         def led() -> bool:
             described = admin.describe_topics([name])

@@ -5,14 +5,18 @@ test_hostile_input, test_judge and test_ubi_bridge)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+import orjson
 import pytest
-from kafka.errors import KafkaConnectionError, MessageSizeTooLargeError
+from kafka.errors import KafkaConnectionError, MessageSizeTooLargeError, UnknownError
 
 from stream_ndcg.dead_letters import DeadLetters
 from stream_ndcg.errors import BrokerUnavailable
-from stream_ndcg.source.kafka import KafkaOutput
+from stream_ndcg.judge_service import KafkaPublisher
+from stream_ndcg.source.base import Partition
+from stream_ndcg.source.kafka_output import KafkaOutput
 
 
 @dataclass
@@ -27,6 +31,7 @@ class Record:
 @dataclass
 class Future:
     ok: bool
+    exception: Exception | None = None
 
     def succeeded(self) -> bool:
         return self.ok
@@ -39,6 +44,12 @@ class Producer:
     sent: list[dict[str, Any]] = field(default_factory=list)
     acknowledge: bool = True
     max_size: int = 100
+    # Larger values the broker refuses, after which every later record fails the same way (as
+    # kafka-python's idempotent producer does once a non-retriable error made it fatal).
+    broker_max_size: int = 100
+    fatal: Exception | None = None
+    # Flushes that end early, as kafka-python's does while it splits a batch refused for its size.
+    unfinished_flushes: int = 0
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None,
              headers: list[tuple[str, bytes]] | None) -> Future:
@@ -46,10 +57,19 @@ class Producer:
             raise ValueError("Need at least one: key or value")
         if len(value or b"") > self.max_size:
             raise MessageSizeTooLargeError("too large")
+        if len(value or b"") > self.broker_max_size:
+            self.fatal = self.fatal or MessageSizeTooLargeError("MESSAGE_SIZE_TOO_LARGE")
+        if self.fatal is not None:
+            return Future(False, self.fatal)
         self.sent.append({"topic": topic, "key": key, "value": value, "headers": dict(headers or [])})
-        return Future(self.acknowledge)
+        return Future(self.acknowledge, None if self.acknowledge else KafkaConnectionError("no ack"))
 
     def flush(self, timeout: float) -> None:
+        if self.unfinished_flushes:
+            self.unfinished_flushes -= 1
+            raise UnknownError("Future not done")
+
+    def close(self, timeout: float) -> None:
         pass
 
 
@@ -104,3 +124,62 @@ def test_the_output_connects_on_first_send_and_maps_every_refusal_to_an_outage()
     # Without a handler of its own, a record too large is an outage too (retried, never skipped).
     with pytest.raises(BrokerUnavailable, match="too large"):
         output.send("events", b"q", b"x" * 1000)
+
+
+def test_a_record_the_broker_refuses_for_its_size_is_told_from_those_it_took_down_with_it() -> None:
+    producers: list[Producer] = []
+
+    def connect() -> Producer:
+        producers.append(Producer(max_size=10_000, broker_max_size=100, unfinished_flushes=2))
+        return producers[-1]
+
+    refused: list[bytes] = []
+    output = KafkaOutput(connect, "output topic")
+    for value in (b"a", b"x" * 500, b"b", b"y" * 600, b"c"):
+        output.send("out", b"q", value, on_too_large=partial(refused.append, value[:1]))
+    output.flush()
+    assert refused == [b"x", b"y"]
+    assert [sent["value"] for producer in producers for sent in producer.sent] == [b"a", b"b", b"c"]
+    # Each refusal closed the producer it made fatal; the next records go on a new one.
+    assert len(producers) == 4
+    output.send("out", b"q", b"d")
+    output.flush()
+    assert producers[-1].sent[-1]["value"] == b"d"
+
+
+def test_a_refusal_for_size_without_a_handler_or_with_other_failures_is_an_outage() -> None:
+    producers: list[Producer] = []
+
+    def connect() -> Producer:
+        producers.append(Producer(max_size=10_000, broker_max_size=100))
+        return producers[-1]
+
+    output = KafkaOutput(connect, "judgments")
+    output.send("out", b"q", b"x" * 500)
+    with pytest.raises(BrokerUnavailable, match="1 record"):
+        output.flush()
+    # The producer the refusal made fatal is not used again.
+    output.send("out", b"q", b"a")
+    output.flush()
+    assert len(producers) == 2 and producers[1].sent[0]["value"] == b"a"
+    flaky = Producer(acknowledge=False)
+    output = KafkaOutput(lambda: flaky, "output topic")
+    output.send("out", b"q", b"a", on_too_large=lambda: None)
+    with pytest.raises(BrokerUnavailable, match="not acknowledged"):
+        output.flush()
+
+
+def test_judge_drops_and_counts_a_judgment_the_broker_refuses_for_its_size() -> None:
+    producers: list[Producer] = []
+
+    def connect() -> Producer:
+        producers.append(Producer(max_size=10_000, broker_max_size=300))
+        return producers[-1]
+
+    dropped: list[int] = []
+    publisher = KafkaPublisher(KafkaOutput(connect, "judgments"), lambda: dropped.append(1))
+    judgments = [orjson.dumps({"type": "judgment", "query_id": query, "doc_id": "d1", "grade": 1.0, "ts": 1,
+                               "event_id": "coec@1"}) for query in ("q1", "q" * 400, "q2")]
+    publisher.publish(Partition("events", 2), judgments)
+    assert dropped == [1]
+    assert [sent["value"] for producer in producers for sent in producer.sent] == [judgments[0], judgments[2]]

@@ -47,7 +47,8 @@ def test_exported_names_keep_their_spelling() -> None:
         "offsets_skipped", "fenced_batches", "dead_letters_dropped", "scrape_errors", "ready", "ubi_documents",
         "ubi_skipped", "ubi_clicks", "ubi_impressions", "judge_events", "judge_events_rejected",
         "judge_events_duplicate", "judge_graded_pairs", "judge_ctr", "judge_boundary_timestamp_seconds",
-        "judgments_published", "ndcg_squares", "dcg_squares", "squared_impressions", "ndcg_standard_error",
+        "judgments_published", "judgments_too_large", "ndcg_squares", "dcg_squares", "squared_impressions",
+        "ndcg_standard_error",
         "dcg_standard_error", "ndcg_clustered_standard_error", "dcg_clustered_standard_error", "ndcg_query_mean",
         "queries")}
     assert total(MetricName.EVENTS) == "stream_ndcg_events_total"
