@@ -31,7 +31,8 @@ from stream_ndcg.vocabulary import MetricName
 class ServiceProcess:
     """The service reading `topic` into `namespace`, with the benches' batch size; `command` is
     the service (`run`, `judge`, `ubi-bridge`), `settings` are more of its settings by name
-    (clock="event"). Its log goes to a file in the temporary directory, named after the namespace."""
+    (clock="event"). Its log goes to a file of its own in the temporary directory, named after the
+    namespace (`log`): two benches run at once use the same namespaces."""
 
     def __init__(self, bootstrap: str, redis_url: str, topic: str, namespace: str, *, command: str = "run",
                  **settings: str) -> None:
@@ -42,8 +43,9 @@ class ServiceProcess:
                    STREAM_NDCG_API_PORT=str(free_port()),
                    STREAM_NDCG_BATCH_SIZE=str(BATCH), STREAM_NDCG_LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "INFO"),
                    **{f"STREAM_NDCG_{k.upper()}": v for k, v in settings.items()})
-        self.log = Path(tempfile.gettempdir()) / f"stream-ndcg-bench-{namespace}.log"
-        with open(self.log, "wb") as log:
+        descriptor, path = tempfile.mkstemp(prefix=f"stream-ndcg-bench-{namespace}-", suffix=".log")
+        self.log = Path(path)
+        with open(descriptor, "wb") as log:
             self.process = subprocess.Popen([sys.executable, "-m", "stream_ndcg.cli", command], env=env,
                                             stdout=log, stderr=subprocess.STDOUT)
         self.peak_rss = 0
@@ -70,6 +72,14 @@ class ServiceProcess:
             if family.name == name and family.samples:
                 return float(family.samples[0].value)
         return None
+
+    def histogram(self, name: str) -> tuple[float, float]:
+        """The count and the sum of a histogram of the service's /metrics without labels (0, 0 if it
+        has none of that name)."""
+        body = urlopen(self.metrics_url, timeout=10).read().decode()  # noqa: S310
+        found = {sample.name: float(sample.value) for family in text_string_to_metric_families(body)
+                 if family.name == name for sample in family.samples}
+        return found.get(f"{name}_count", 0.0), found.get(f"{name}_sum", 0.0)
 
     def sample_rss(self) -> None:
         peak = process_memory(self.process.pid, "VmHWM")
