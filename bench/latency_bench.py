@@ -12,7 +12,8 @@ real local Kafka and Redis.
 2. latency: a paced load of half that rate; a probe impression, then --probes judgments of it,
    one at a time; each one's time from its produce call to the response of the first scrape of
    /metrics that shows its change (the probe scrapes again as soon as a scrape answers), and
-   that scrape's own duration.
+   that scrape's own duration; then the same with drilldown=false, whose scrapes do not bring
+   the drill-down's query figures up to date.
 
 The paced load runs in a process of its own, so that its producer does not hold the bench's
 GIL while the probe times its judgments; it still shares the machine's cores with the service,
@@ -246,10 +247,12 @@ class Probe:
         self.producer.close()
 
 
-def latency(bootstrap: str, redis_url: str, servers: dict[str, int], rate: float, probes: int) -> dict[str, Any]:
-    """The probes' figures under a paced load of `rate`, with what the service did meanwhile."""
-    topic = create_topic(bootstrap, "latency")
-    service = ServiceProcess(bootstrap, redis_url, topic, "latency", clock="wall")
+def latency(bootstrap: str, redis_url: str, servers: dict[str, int], rate: float, probes: int, name: str,
+            **settings: str) -> dict[str, Any]:
+    """The probes' figures under a paced load of `rate`, with what the service (with more
+    `settings`) did meanwhile."""
+    topic = create_topic(bootstrap, name)
+    service = ServiceProcess(bootstrap, redis_url, topic, name, clock="wall", **settings)
     probe = Probe(bootstrap, topic, service)
     try:
         service.await_ready()
@@ -258,7 +261,8 @@ def latency(bootstrap: str, redis_url: str, servers: dict[str, int], rate: float
             if not probe.shown(timeout=120):
                 return {"error": "the probe impression never showed up in /metrics", "load_events_per_s": round(rate)}
             since = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            started, load_cpu, batches = time.monotonic(), load.cpu, service.histogram(MetricName.BATCH_EVENTS)
+            started, load_cpu = time.monotonic(), load.cpu
+            batches = service.histogram(MetricName.BATCH_EVENTS), service.histogram(MetricName.BATCH_DURATION)
             sent_before = load.sent
             delays: list[float] = []
             scrapes: list[float] = []
@@ -275,18 +279,18 @@ def latency(bootstrap: str, redis_url: str, servers: dict[str, int], rate: float
             cores = {**busy(pids, since, elapsed), "load": round((load.cpu - load_cpu) / elapsed, 2)}
             reached = (load.sent - sent_before) / (time.monotonic() - started)
             backlog = load.sent + probe.sent - service.committed()
-            count, total = (after - before for after, before in
-                            zip(service.histogram(MetricName.BATCH_EVENTS), batches, strict=True))
-            seconds = service.histogram(MetricName.BATCH_DURATION)
+            (count, records), (_, seconds) = (
+                (after[0] - before[0], after[1] - before[1]) for after, before in
+                zip((service.histogram(MetricName.BATCH_EVENTS), service.histogram(MetricName.BATCH_DURATION)),
+                    batches, strict=True))
     finally:
         probe.close()
         service.stop()
     return {**timings(delays), "probes": probes, "load_events_per_s": round(rate),
             "reached_events_per_s": round(reached), "backlog_at_end": backlog,
             "scrape": timings(scrapes), "cores": cores,
-            "batch_records_mean": round(total / max(count, 1), 1),
-            # Over the whole run, the warm-up included.
-            "batch_ms_mean": round(1000 * seconds[1] / max(seconds[0], 1), 1)}
+            "batch_records_mean": round(records / max(count, 1), 1),
+            "batch_ms_mean": round(1000 * seconds / max(count, 1), 1)}
 
 
 def main() -> int:
@@ -308,9 +312,13 @@ def main() -> int:
             result["latency"] = {"error": f"no paced rate tried was kept up with, down to {args.start_rate} / "
                                           f"2**{args.steps - 1} events/s"}
         else:
-            redis.Redis.from_url(server.url).flushall()
-            result["latency"] = latency(kafka.bootstrap, server.url, servers, maximum / 2, args.probes)
-        print(json.dumps(result["latency"]), file=sys.stderr)
+            # The same without the drill-down, whose query figures each scrape brings up to date:
+            # what they add to the latency.
+            for key, settings in (("latency", {}), ("latency_without_drilldown", {"drilldown": "false"})):
+                redis.Redis.from_url(server.url).flushall()
+                result[key] = latency(kafka.bootstrap, server.url, servers, maximum / 2, args.probes, key,
+                                      **settings)
+                print(json.dumps(result[key]), file=sys.stderr)
     result["load_average_after"] = round(os.getloadavg()[0], 1)
     return publish(args.results, section(result), result)
 
@@ -351,13 +359,20 @@ def section(result: dict[str, Any]) -> str:
             f"({lat['probes']} probes) | p99 < 150 ms |",
             f"| of which the scrape that showed it, from its request to its response | p50 {lat['scrape']['p50_ms']} "
             f"ms, p99 {lat['scrape']['p99_ms']} ms | |",
-            "",
-            f"Meanwhile: the load reached {lat['reached_events_per_s']} events/s and the service was "
-            f"{lat['backlog_at_end']} messages behind it at the end; batches of {lat['batch_records_mean']} records "
-            f"on average, {lat['batch_ms_mean']} ms each (the warm-up included); cores busy: "
-            + ", ".join(f"{name} {value}" for name, value in sorted(lat["cores"].items())) + ".",
         ]
-    return "\n".join([*rows, ""])
+    without = result.get("latency_without_drilldown", {})
+    if "p99_ms" in without:
+        rows += [f"| the same with drilldown=false (no query figures brought up to date in each scrape) | p50 "
+                 f"{without['p50_ms']} ms, p99 {without['p99_ms']} ms; the scrape p50 {without['scrape']['p50_ms']} "
+                 f"ms, p99 {without['scrape']['p99_ms']} ms | |"]
+    rows.append("")
+    for title, run in (("", lat), (" with drilldown=false", without)):
+        if "p99_ms" in run:
+            rows += [f"Meanwhile{title}: the load reached {run['reached_events_per_s']} events/s and the service was "
+                     f"{run['backlog_at_end']} messages behind it at the end; batches of {run['batch_records_mean']} "
+                     f"records on average, {run['batch_ms_mean']} ms each; cores busy: "
+                     + ", ".join(f"{name} {value}" for name, value in sorted(run["cores"].items())) + ".", ""]
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":
