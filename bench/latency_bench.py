@@ -45,7 +45,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.harness.figures import timings
 from bench.harness.results import argument_parser, command, publish, stamp
 from bench.harness.servers import kafka_and_redis, redis_version
-from bench.harness.service_process import ServiceProcess, cpu_seconds
+from bench.harness.service_process import ServiceProcess, core_wait_seconds, cpu_seconds
 from bench.harness.workloads import create_topic
 from stream_ndcg.devtools.producer import produce
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
@@ -266,8 +266,12 @@ def latency(bootstrap: str, redis_url: str, servers: dict[str, int], rate: float
             sent_before = load.sent
             delays: list[float] = []
             scrapes: list[float] = []
+            # How long the service's loop waited for a core while each probe waited for its change.
+            waits: list[float] = []
             for n in range(probes):
+                waited = core_wait_seconds(service.process.pid)
                 timed = probe.judge(n)
+                waits.append(core_wait_seconds(service.process.pid) - waited)
                 if timed is None:
                     return {"error": f"probe {n} not visible after {PROBE_TIMEOUT_S:.0f} s: the service fell behind "
                                      f"the load ({load.sent + probe.sent - service.committed()} messages behind)",
@@ -288,7 +292,7 @@ def latency(bootstrap: str, redis_url: str, servers: dict[str, int], rate: float
         service.stop()
     return {**timings(delays), "probes": probes, "load_events_per_s": round(rate),
             "reached_events_per_s": round(reached), "backlog_at_end": backlog,
-            "scrape": timings(scrapes), "cores": cores,
+            "scrape": timings(scrapes), "loop_waiting_for_a_core": timings(waits), "cores": cores,
             "batch_records_mean": round(records / max(count, 1), 1),
             "batch_ms_mean": round(1000 * seconds / max(count, 1), 1)}
 
@@ -359,6 +363,9 @@ def section(result: dict[str, Any]) -> str:
             f"({lat['probes']} probes) | p99 < 150 ms |",
             f"| of which the scrape that showed it, from its request to its response | p50 {lat['scrape']['p50_ms']} "
             f"ms, p99 {lat['scrape']['p99_ms']} ms | |",
+            f"| the service's loop waiting for a core meanwhile (runnable, not running: run_delay of "
+            f"/proc/<pid>/schedstat) | p50 {lat['loop_waiting_for_a_core']['p50_ms']} ms, p99 "
+            f"{lat['loop_waiting_for_a_core']['p99_ms']} ms per probe | |",
         ]
     without = result.get("latency_without_drilldown", {})
     if "p99_ms" in without:

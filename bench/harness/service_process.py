@@ -139,6 +139,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def core_wait_seconds(pid: int) -> float:
+    """How long a process's main thread has been runnable but waiting for a core so far (the
+    run_delay of /proc/<pid>/schedstat): on a shared machine, the time others' work took from it."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+
+
 @dataclass(frozen=True)
 class CatchUp:
     events_per_s: float
