@@ -3,17 +3,21 @@ real local Kafka and Redis.
 
     python -m bench.latency_bench [--start-rate 2000] [--steps 5] [--step-seconds 20] [--probes 200] [--quick]
 
+About seven minutes as it stands, two and a half with --quick (3 steps of 10 s, 30 probes).
+
 1. sustained maximum: paced loads of the simulated workload (event times on the wall clock,
    judgments within a minute of their impressions), each for --step-seconds on a topic, a
    namespace and a `stream-ndcg run` of its own, from --start-rate doubled or halved until one
    is kept up with and one is not, then bisected (geometric mean) for the rest of --steps. A rate
-   is kept up with when the load reached it and, when it ends, the service has taken in all it
-   was sent but at most a second's worth (its batch_events sum against the messages sent);
+   is kept up with when the load reached 95% of it and, when it ends, the service has committed
+   all it was sent but at most a second's worth (the offsets in its store against the messages
+   sent);
 2. latency: a paced load of half that rate; a probe impression, then --probes judgments of it,
    one at a time; each one's time from its produce call to the response of the first scrape of
    /metrics that shows its change (the probe scrapes again as soon as a scrape answers), and
-   that scrape's own duration; then the same with drilldown=false, whose scrapes do not bring
-   the drill-down's query figures up to date.
+   that scrape's own duration, and how long the service's loop waited for a core meanwhile
+   (runnable, not running: the machine's part); then the same with drilldown=false, whose
+   scrapes do not bring the drill-down's query figures up to date.
 
 The paced load runs in a process of its own, so that its producer does not hold the bench's
 GIL while the probe times its judgments; it still shares the machine's cores with the service,
