@@ -3,7 +3,7 @@ real local Kafka and Redis.
 
     python -m bench.latency_bench [--start-rate 2000] [--steps 5] [--step-seconds 20] [--probes 200] [--quick]
 
-About seven minutes as it stands, two and a half with --quick (3 steps of 10 s, 30 probes).
+About six minutes as it stands, two and a half with --quick (3 steps of 10 s, 30 probes).
 
 1. sustained maximum: paced loads of the simulated workload (event times on the wall clock,
    judgments within a minute of their impressions), each for --step-seconds on a topic, a
