@@ -9,10 +9,11 @@
    the four alternated, best of two each; the cores the services, Kafka and Redis kept busy
    meanwhile; the time per event of each step of the batch pipeline, run in this process over
    the same messages;
-2. latency: judgment-to-metric p50/p99 (produce time to the change visible in /metrics) under a
-   paced load of half the measured throughput;
-3. flatness: time per judgment for a query with 10 impressions vs one with 100,000;
-4. memory: Redis bytes per impression held, and the service's peak RSS with N/10 vs N impressions.
+2. flatness: time per judgment for a query with 10 impressions vs one with 100,000;
+3. memory: Redis bytes per impression held, and the service's peak RSS with N/10 vs N impressions.
+
+The judgment-to-metric latency has a bench of its own (bench/latency_bench.py): it is measured
+at half the rate the service keeps up with under a paced load, which a catch-up does not show.
 
 Prints one JSON line last, rewrites the service section of bench/RESULTS.md and records its
 figures for bench/targets.py.
@@ -20,115 +21,35 @@ figures for bench/targets.py.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import platform
 import random
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.request import urlopen
 
 import redis
-from kafka import KafkaProducer
-from prometheus_client.parser import text_string_to_metric_families
 
-from bench.harness.figures import memory_by_kind, timings
+from bench.harness.figures import memory_by_kind
 from bench.harness.pipeline import cost_breakdown
 from bench.harness.results import argument_parser, command, publish, stamp
 from bench.harness.servers import kafka_and_redis, redis_version
-from bench.harness.service_process import CatchUp, ServiceProcess, service_rate
+from bench.harness.service_process import CatchUp, service_rate
 from bench.harness.workloads import BATCH, BareRun, bare_consumer_rate, create_topic, workload
 from stream_ndcg.devtools.producer import produce
-from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
 from stream_ndcg.events import parse_event
 from stream_ndcg.metric import Measure
 from stream_ndcg.pipeline import BatchPipeline
 from stream_ndcg.state.redis import RedisStore
-from stream_ndcg.vocabulary import MetricName
 
-# The batch size the latency phase's load leaves the service (its batch_events histogram), and
+# About the batch size a paced live load leaves the service (the latency bench's batch_events), and
 # how many messages the cost of such batches is measured on.
 SMALL_BATCH = 100
 SMALL_BATCH_EVENTS = 100_000
-
-
-def latency(bootstrap: str, redis_url: str, rate: float, probes: int) -> dict[str, Any]:
-    topic = create_topic(bootstrap, "latency")
-    service = ServiceProcess(bootstrap, redis_url, topic, "latency", clock="wall", linger="20ms")
-    service.await_ready()
-    stop = threading.Event()
-    now_ms = int(time.time() * 1000)
-
-    def background() -> None:
-        spec = SimulationSpec(events=10**9, seed=5, queries=20_000, rate=rate, start_ms=now_ms,
-                              max_delay_ms=60_000)
-        messages = Simulator(spec).messages()
-        # takewhile, not a filter: the simulated stream is endless, and a filter would go on
-        # drawing from it, holding the GIL, for the rest of the bench.
-        produce(bootstrap, topic, itertools.takewhile(lambda _: not stop.is_set(), messages), paced=True, rate=rate)
-
-    load = threading.Thread(target=background, daemon=True)
-    load.start()
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, acks=1)
-
-    def send(event: dict[str, Any]) -> None:
-        producer.send(topic, key=b"probe", value=json.dumps(event).encode())
-        producer.flush()
-
-    wanted = {"k": "5", "variant": "probe", "window": "5m"}
-
-    def probe_value() -> float | None:
-        body = urlopen(service.metrics_url, timeout=5).read().decode()  # noqa: S310
-        for family in text_string_to_metric_families(body):
-            if family.name == MetricName.DCG_NUMERATOR:
-                for sample in family.samples:
-                    if wanted.items() <= sample.labels.items():
-                        return float(sample.value)
-        return None
-
-    try:
-        ts = int(time.time() * 1000)
-        send({"type": "impression", "impression_id": "probe-1", "query_id": "probe", "ts": ts,
-              "results": ["p1", "p2", "p3"], "segment": {"variant": "probe"}})
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if probe_value() is not None:
-                    break
-            except OSError:
-                pass  # the service is still starting
-            if time.monotonic() > deadline:
-                body = urlopen(service.metrics_url, timeout=5).read().decode()  # noqa: S310
-                lag = [line for line in body.splitlines() if line.startswith(MetricName.CONSUMER_LAG)]
-                raise RuntimeError(f"the probe impression never showed up in /metrics; lag: {lag}; "
-                                   f"service log: {service.log}")
-            time.sleep(0.05)
-        delays = []
-        for i in range(probes):
-            before = probe_value()
-            grade = 1 + i % 3
-            started = time.perf_counter()
-            send({"type": "judgment", "query_id": "probe", "doc_id": "p2", "grade": grade,
-                  "ts": int(time.time() * 1000), "event_id": f"probe-{i:06d}"})
-            while probe_value() == before:
-                if time.perf_counter() - started > 30:
-                    # The service did not keep up with the load: say so in the results.
-                    return {"error": f"probe {i} not visible after 30 s: the service fell behind the load",
-                            "probes": i, "load_events_per_s": round(rate)}
-                time.sleep(0.002)
-            delays.append(time.perf_counter() - started)
-            time.sleep(0.05)
-        return {**timings(delays), "probes": probes, "load_events_per_s": round(rate)}
-    finally:
-        stop.set()
-        producer.close()
-        service.stop()
 
 
 def flatness(redis_url: str, big: int, judgments: int) -> dict[str, float]:
@@ -182,10 +103,9 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=500_000)
     parser.add_argument("--memory-impressions", type=int, default=1_000_000)
     parser.add_argument("--flat-impressions", type=int, default=100_000)
-    parser.add_argument("--probes", type=int, default=200)
     args = parser.parse_args()
     if args.quick:
-        args.events, args.memory_impressions, args.flat_impressions, args.probes = 20_000, 20_000, 5_000, 20
+        args.events, args.memory_impressions, args.flat_impressions = 20_000, 20_000, 5_000
     result: dict[str, Any] = {"bench": "service"}
     with kafka_and_redis("service") as (kafka, server):
         client = redis.Redis.from_url(server.url)
@@ -242,19 +162,13 @@ def main() -> int:
         breakdown["kafka_fetch"] = round(1e6 / bare - decode_us, 1)
         breakdown["service"] = round(1e6 / service, 1)
         result["cost_us_per_event"] = breakdown
-        # The latency phase's load leaves the service batches of about a hundred records: what a
+        # A paced live load leaves the service batches of at most about a hundred records: what a
         # batch costs per event at that size, next to the catch-up's, on the same messages.
         head = messages[:SMALL_BATCH_EVENTS]
         result["batch_size_cost_us_per_event"] = {
             str(size): cost_breakdown(server.url, head, f"batch{size}", batch=size, live=True)["in_process"]
             for size in (BATCH, SMALL_BATCH)}
         print(json.dumps(breakdown), json.dumps(result["batch_size_cost_us_per_event"]), file=sys.stderr)
-
-        # On servers of its own: after the throughput run the shared broker and Redis carry
-        # half a million events of state, and probes there have been lost in the noise.
-        with kafka_and_redis("service-latency") as (quiet_kafka, quiet_redis):
-            result["latency"] = latency(quiet_kafka.bootstrap, quiet_redis.url, service / 2, args.probes)
-        print(json.dumps(result["latency"]), file=sys.stderr)
 
         result["flatness"] = flatness(server.url, args.flat_impressions, 300 if not args.quick else 50)
         print(json.dumps(result["flatness"]), file=sys.stderr)
@@ -287,12 +201,9 @@ def main() -> int:
 
 
 def section(result: dict[str, Any]) -> str:
-    tp, lat, flat, mem = result["throughput"], result["latency"], result["flatness"], result["memory"]
+    tp, flat, mem = result["throughput"], result["flatness"], result["memory"]
     cost, by_size = result["cost_us_per_event"], result["batch_size_cost_us_per_event"]
     held = [k for k in mem if k.isdigit()]
-    latency_row = (f"| judgment-to-metric latency at {lat['load_events_per_s']} events/s | "
-                   + (f"p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms ({lat['probes']} probes) | | | p99 < 150 ms |"
-                      if "error" not in lat else f"not measured: {lat['error']} | | | p99 < 150 ms |"))
     rows = [
         "## Service",
         "",
@@ -314,7 +225,6 @@ def section(result: dict[str, Any]) -> str:
         f"| scale-out: CPU-seconds per million events, two instances of one group (best of 2) | "
         f"{tp['two_instances_cpu_s_per_million']} s | {tp['one_instance_cpu_s_per_million']} s (one) | "
         f"{tp['scale_cpu_ratio']} | <= 1.1 |",
-        latency_row,
         f"| time per judgment, 10 vs {flat['big_impressions']} impressions | {flat['big_ms']} ms | "
         f"{flat['small_ms']} ms | {flat['ratio']} | < 1.5 |",
     ]
@@ -333,7 +243,7 @@ def section(result: dict[str, Any]) -> str:
              f"+ Redis {cost['load_redis']}, engine {cost['engine']}, commit payload {cost['payload']}, commit "
              f"{cost['commit']} + Redis {cost['commit_redis']}, the rest {cost['other']}. The same pipeline over the "
              f"first {SMALL_BATCH_EVENTS} messages taken as they arrive, over all partitions, {SMALL_BATCH} at a "
-             f"time (what the latency phase's load leaves the service) costs {by_size[str(SMALL_BATCH)]} per event, "
+             f"time (about what a paced live load leaves the service) costs {by_size[str(SMALL_BATCH)]} per event, "
              f"against {by_size[str(BATCH)]} {BATCH} at a time.", ""]
     runs = tp["runs"]
     rows += [f"CPU per event in each run, in µs (CPU-seconds per million events), in the order run: bare consumer "

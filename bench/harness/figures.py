@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import redis
@@ -29,17 +29,23 @@ def timings(seconds: Sequence[float], *, unit: str = "ms", digits: int = 1) -> d
             f"p99_{unit}": round(scale * percentile(seconds, 99), digits)}
 
 
-def memory_by_kind(client: redis.Redis, namespace: str) -> dict[str, int]:
-    """MEMORY USAGE of a namespace's keys, summed by kind (the key's name after the hash tag)."""
-    kinds: dict[str, int] = {}
+def keys_by_kind(client: redis.Redis, namespace: str) -> Iterator[tuple[str, bytes, int]]:
+    """Each key of a namespace (SCAN) with its kind (the key's name after the hash tag, up to the
+    next colon) and its MEMORY USAGE, asked for a thousand keys at a time in one pipeline."""
     keys = list(client.scan_iter(match=f"{{{namespace}:*", count=1000))
     for first in range(0, len(keys), 1000):
         pipe = client.pipeline(transaction=False)
         for key in keys[first:first + 1000]:
             pipe.memory_usage(key, samples=0)
         for key, used in zip(keys[first:first + 1000], pipe.execute(), strict=True):
-            kind = key.decode().split("}:", 1)[1].split(":", 1)[0]
-            kinds[kind] = kinds.get(kind, 0) + int(used or 0)
+            yield key.decode().split("}:", 1)[1].split(":", 1)[0], key, int(used or 0)
+
+
+def memory_by_kind(client: redis.Redis, namespace: str) -> dict[str, int]:
+    """MEMORY USAGE of a namespace's keys, summed by kind (`keys_by_kind`)."""
+    kinds: dict[str, int] = {}
+    for kind, _, used in keys_by_kind(client, namespace):
+        kinds[kind] = kinds.get(kind, 0) + used
     return kinds
 
 
@@ -59,16 +65,16 @@ class KindAnatomy:
 
 
 def anatomy(client: redis.Redis, namespace: str) -> dict[str, KindAnatomy]:
-    """Each kind of key of a namespace (`memory_by_kind`), taken apart: what a stored format
+    """Each kind of key of a namespace (`keys_by_kind`), taken apart: what a stored format
     spends its bytes on. A hash field counts as over the listpack limit when its name or value
     is longer than the server's `hash-max-listpack-value`: one such field turns its whole hash
     into a hashtable."""
     limit = int(str(client.config_get("hash-max-listpack-value")["hash-max-listpack-value"]))
     kinds: dict[str, KindAnatomy] = {}
-    for key in client.scan_iter(match=f"{{{namespace}:*", count=1000):
-        kind = kinds.setdefault(key.decode().split("}:", 1)[1].split(":", 1)[0], KindAnatomy())
+    for kind_name, key, used in keys_by_kind(client, namespace):
+        kind = kinds.setdefault(kind_name, KindAnatomy())
         kind.keys += 1
-        kind.used += int(client.memory_usage(key, samples=0) or 0)
+        kind.used += used
         kind.encodings[client.object("encoding", key).decode()] += 1
         held = client.type(key)
         if held == b"hash":

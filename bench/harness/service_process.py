@@ -31,19 +31,22 @@ from stream_ndcg.vocabulary import MetricName
 class ServiceProcess:
     """The service reading `topic` into `namespace`, with the benches' batch size; `command` is
     the service (`run`, `judge`, `ubi-bridge`), `settings` are more of its settings by name
-    (clock="event"). Its log goes to a file in the temporary directory, named after the namespace."""
+    (clock="event"). Its log goes to a file of its own in the temporary directory, named after the
+    namespace (`log`): two benches run at once use the same namespaces."""
 
     def __init__(self, bootstrap: str, redis_url: str, topic: str, namespace: str, *, command: str = "run",
                  **settings: str) -> None:
         self.port = free_port()
+        self.redis_url, self.topic, self.namespace = redis_url, topic, namespace
         env = dict(os.environ, STREAM_NDCG_BOOTSTRAP_SERVERS=bootstrap, STREAM_NDCG_REDIS_URL=redis_url,
                    STREAM_NDCG_TOPICS=topic, STREAM_NDCG_GROUP_ID=f"svc-{namespace}",
                    STREAM_NDCG_NAMESPACE=namespace, STREAM_NDCG_METRICS_PORT=str(self.port),
                    STREAM_NDCG_API_PORT=str(free_port()),
                    STREAM_NDCG_BATCH_SIZE=str(BATCH), STREAM_NDCG_LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "INFO"),
                    **{f"STREAM_NDCG_{k.upper()}": v for k, v in settings.items()})
-        self.log = Path(tempfile.gettempdir()) / f"stream-ndcg-bench-{namespace}.log"
-        with open(self.log, "wb") as log:
+        descriptor, path = tempfile.mkstemp(prefix=f"stream-ndcg-bench-{namespace}-", suffix=".log")
+        self.log = Path(path)
+        with open(descriptor, "wb") as log:
             self.process = subprocess.Popen([sys.executable, "-m", "stream_ndcg.cli", command], env=env,
                                             stdout=log, stderr=subprocess.STDOUT)
         self.peak_rss = 0
@@ -71,6 +74,22 @@ class ServiceProcess:
                 return float(family.samples[0].value)
         return None
 
+    def histogram(self, name: str) -> tuple[float, float]:
+        """The count and the sum of a histogram of the service's /metrics without labels (0, 0 if it
+        has none of that name)."""
+        body = urlopen(self.metrics_url, timeout=10).read().decode()  # noqa: S310
+        found = {sample.name: float(sample.value) for family in text_string_to_metric_families(body)
+                 if family.name == name for sample in family.samples}
+        return found.get(f"{name}_count", 0.0), found.get(f"{name}_sum", 0.0)
+
+    def committed(self) -> int:
+        """`taken_in` of this service's topic."""
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            return taken_in(client, self.namespace, self.topic)
+        finally:
+            client.close()
+
     def sample_rss(self) -> None:
         peak = process_memory(self.process.pid, "VmHWM")
         if peak is not None:
@@ -86,6 +105,14 @@ def counted(client: redis.Redis, namespace: str) -> int:
     """Messages the service has taken in, as its store says."""
     store = RedisStore(client, namespace=namespace, bucket_ms=60_000, horizon_ms=60_000, state_ttl_ms=60_000)
     return sum(store.counts().values())
+
+
+def taken_in(client: redis.Redis, namespace: str, topic: str) -> int:
+    """Records of a topic of the benches (offset 0 on, no transactions) the service has committed,
+    as its store's offsets say: read from Redis, whose answer does not wait on a busy service as
+    its /metrics does."""
+    store = RedisStore(client, namespace=namespace, bucket_ms=60_000, horizon_ms=60_000, state_ttl_ms=60_000)
+    return sum(store.next_offset(f"{topic}:{n}") or 0 for n in range(PARTITIONS))
 
 
 def process_memory(pid: int, field: str) -> int | None:
@@ -110,6 +137,12 @@ def cpu_seconds(pid: int) -> float:
     """User and system CPU time a process has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def core_wait_seconds(pid: int) -> float:
+    """How long a process's main thread has been runnable but waiting for a core so far (the
+    run_delay of /proc/<pid>/schedstat): on a shared machine, the time others' work took from it."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,14 @@ written by hand under it survives the rewrite; the percentiles the benches repor
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
+import redis
 
-from bench.harness.figures import percentile, timings
+from bench.harness.figures import anatomy, memory_by_kind, percentile, timings
 from bench.harness.results import ANALYSIS, PREAMBLE, RESULTS, Section, sections, write_section
 from bench.harness.service_process import spread_evenly
 from bench.harness.workloads import PARTITIONS
@@ -145,3 +148,51 @@ def test_partitions_are_spread_evenly_when_all_are_held_and_no_instance_holds_tw
     # One instance not answering yet, or a rebalance under way (partitions held by no one).
     assert not spread_evenly([PARTITIONS, None])
     assert not spread_evenly([1, 1])
+
+
+class _Pipeline:
+    def __init__(self, sizes: dict[bytes, int]) -> None:
+        self.sizes = sizes
+        self.asked: list[bytes] = []
+
+    def memory_usage(self, key: bytes, samples: int) -> None:
+        self.asked.append(key)
+
+    def execute(self) -> list[int]:
+        return [self.sizes[key] for key in self.asked]
+
+
+class _Redis:
+    """The few commands the key-by-kind walk sends, over keys of one hash each."""
+
+    def __init__(self, sizes: dict[bytes, int]) -> None:
+        self.sizes = sizes
+
+    def scan_iter(self, match: str, count: int) -> Iterator[bytes]:
+        return iter([key for key in self.sizes if key.decode().startswith(match.rstrip("*"))])
+
+    def pipeline(self, transaction: bool) -> _Pipeline:
+        return _Pipeline(self.sizes)
+
+    def config_get(self, name: str) -> dict[str, str]:
+        return {name: "64"}
+
+    def object(self, what: str, key: bytes) -> bytes:
+        return b"listpack"
+
+    def type(self, key: bytes) -> bytes:
+        return b"hash"
+
+    def hgetall(self, key: bytes) -> dict[bytes, bytes]:
+        return {b"f": b"v" * 70}
+
+
+def test_memory_by_kind_and_anatomy_walk_the_same_keys_summed_by_the_kind_after_the_hash_tag() -> None:
+    client = _Redis({b"{svc:0}:q:query-1": 100, b"{svc:0}:q:query-2": 50, b"{svc:1}:lists:query-1": 30,
+                     b"{svc:g}:counts": 7, b"{other:0}:q:query-1": 1000})
+    walked = cast(redis.Redis, client)
+    assert memory_by_kind(walked, "svc") == {"q": 150, "lists": 30, "counts": 7}
+    taken_apart = anatomy(walked, "svc")
+    assert {kind: found.used for kind, found in taken_apart.items()} == memory_by_kind(walked, "svc")
+    assert taken_apart["q"].keys == 2 and taken_apart["q"].over_listpack_value == 2
+    assert taken_apart["q"].encodings == {"listpack": 2}

@@ -19,9 +19,14 @@ SERVICE: dict[str, Any] = {
     "throughput": {"events": 500000, "ratio": 0.142, "cpu_ratio": 3.0, "drilldown_ratio": 0.95,
                    "scale_cpu_ratio": 1.005, "two_instances_partitions": [2, 2],
                    "two_instances_spread_evenly": True},
-    "latency": {"error": "probe 3 not visible after 30 s: the service fell behind the load"},
     "memory": {"impressions_held": 891452, "impressions_held_small": 114857, "redis_bytes_per_impression": 310,
                "rss_ratio": 1.571},
+}
+
+LATENCY: dict[str, Any] = {
+    "bench": "latency",
+    "sustained": {"events_per_s": 2000},
+    "latency": {"error": "probe 3 not visible after 30 s: the service fell behind the load"},
 }
 
 
@@ -75,12 +80,16 @@ def test_the_table_shows_measured_target_and_met_per_line() -> None:
     assert "891452 vs 114857 impressions" in table["service RSS, 10x the impressions held"]
     assert "| 4.97 | <= 5 | yes |" in table["replay vs pytrec_eval"]
     assert "| 1.005 | <= 1.1 | yes |" in table["scale-out, CPU per event"]
+    measured = {**LATENCY, "latency": {"p99_ms": 151.0, "probes": 200, "load_events_per_s": 1000}}
+    latency = lines(targets.section(entries(latency=measured)))["judgment-to-metric p99"]
+    assert latency.startswith("| judgment-to-metric p99 | 151 ms | < 150 ms | no | `python -m bench.latency_bench`")
+    assert "200 probes at 1000 events/s, half the sustained 2000" in latency
     assert "partitions per instance [2, 2] at the end, spread evenly from the start of the count: True" \
         in table["scale-out, CPU per event"]
 
 
 def test_a_figure_not_recorded_is_missing_with_the_reason_never_filled_in() -> None:
-    text = targets.section(entries(service=SERVICE))
+    text = targets.section(entries(service=SERVICE, latency=LATENCY))
     table = lines(text)
     # The bench ran, but the phase failed: its error is the reason.
     assert table["judgment-to-metric p99"].startswith("| judgment-to-metric p99 | missing | < 150 ms | - | ")
