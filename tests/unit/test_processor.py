@@ -254,6 +254,30 @@ def test_a_revoked_partition_is_neither_written_nor_reported() -> None:
     assert Counter(store.counts())["impression"] == 3
 
 
+def test_kafka_offsets_are_committed_at_most_every_kafka_commit_s_and_at_close() -> None:
+    source, store = LocalSource({TOPIC: 2}), FlakyStore()
+    commits: list[dict[Partition, int]] = []
+    commit = source.commit
+
+    def recorded(offsets: Mapping[Partition, int], *, asynchronous: bool = False) -> None:
+        commits.append(dict(offsets))
+        commit(offsets, asynchronous=asynchronous)
+
+    source.commit = recorded  # type: ignore[method-assign]
+    made = processor(source, store)
+    made.KAFKA_COMMIT_S = 3600.0
+    assert made.start()
+    fill(source, [event(serial, 0, "impression", serial % 5, 0) for serial in range(3)])
+    drain(made, source)
+    fill(source, [event(serial, 0, "impression", serial % 5, 0) for serial in range(3, 10)])
+    drain(made, source)
+    # Three batches stored (3 records, then 4 and 3), the first moved Kafka's offsets; the others wait.
+    assert store.next_offset(PARTITIONS[0].name) == 10
+    assert commits == [{PARTITIONS[0]: 3}]
+    made.close()
+    assert commits[-1] == {PARTITIONS[0]: 10} and source.committed == {PARTITIONS[0]: 10}
+
+
 def lost_records_setup(fail_on_data_loss: bool) -> tuple[StreamProcessor, LocalSource, FlakyStore, list[bytes]]:
     """Partition 0 read up to offset 4, then offsets 4 to 7 deleted before the processor comes back."""
     source, store = LocalSource({TOPIC: 2}), FlakyStore()
