@@ -76,7 +76,8 @@ class StreamProcessor:
        acknowledged moves the offsets this instance expects, and a refused one
        releases its partitions, whose records just polled are dropped with
        them; nothing of the next batch is loaded before the reply;
-    7. only then commit the offsets to Kafka, for lag monitoring alone, at most every `KAFKA_COMMIT_S`;
+    7. only then commit the offsets to Kafka, for lag monitoring alone (at most every
+       `LagReport.COMMIT_S`);
     8. a quiet partition whose position moved past transaction markers or
        aborted records gets an offsets-only commit through the same fenced
        write, so that the stored offset reaches the last stable offset.
@@ -91,8 +92,6 @@ class StreamProcessor:
     """
 
     IDLE_CHECK_S = 2.0
-    # Step 7 feeds lag dashboards only; once per batch it cost a few % of a catch-up's CPU (bench/RESULTS.md).
-    KAFKA_COMMIT_S = 1.0
 
     def __init__(self, source: Source, store: StateStore, pipeline: BatchPipeline, exporter: Exporter,
                  options: ProcessorOptions, *, clock: Callable[[], float] = time.time) -> None:
@@ -120,7 +119,6 @@ class StreamProcessor:
         self.lag = LagReport(source, exporter)
         # The batch whose commit was sent and whose reply is still to be read (step 6).
         self._sent: _SentBatch | None = None
-        self._next_kafka_commit = 0.0  # when Kafka's committed offsets may move again (step 7)
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -166,7 +164,7 @@ class StreamProcessor:
         except RecoverableError as exc:
             # Whether it landed, the stored offset says: the next holder resumes from there.
             logger.warning("the last batch's commit was not acknowledged: %s", exc)
-        self._commit_kafka_offsets(closing=True)
+        self.lag.commit(self.ownership, closing=True)
         self.source.close()
         logger.info("stopped")
 
@@ -360,18 +358,7 @@ class StreamProcessor:
             self.exporter.judgment_latency.observe(max(0.0, applied_s - ts / 1000))
         self.exporter.batch_events.observe(sent.result.records)
         self.exporter.batch_seconds.observe(sent.seconds + time.perf_counter() - waited)
-        self._commit_kafka_offsets()
-
-    def _commit_kafka_offsets(self, *, closing: bool = False) -> None:
-        """Step 7, unless done less than `KAFKA_COMMIT_S` ago; at close always, waiting for the reply."""
-        if not closing and time.monotonic() < self._next_kafka_commit:
-            return
-        self._next_kafka_commit = time.monotonic() + self.KAFKA_COMMIT_S
-        try:
-            self.source.commit(self.ownership.offsets(), asynchronous=not closing)
-        except RecoverableError as exc:
-            # Kafka's committed offsets only feed lag dashboards; the store's are the truth.
-            logger.info("Kafka offset commit skipped: %s", exc)
+        self.lag.commit(self.ownership)
 
     def _advance_past_markers(self, polled: Collection[Partition]) -> None:
         """Step 8: move the stored offset of each quiet partition to the consumer's position, when
@@ -397,4 +384,4 @@ class StreamProcessor:
             return
         for partition, (_, position) in moves.items():
             self.ownership.committed(partition, position)
-        self._commit_kafka_offsets()
+        self.lag.commit(self.ownership)
