@@ -68,7 +68,7 @@ def plain_object(raw: bytes | str, colons: int) -> dict[str, Any] | None:
     if type(obj) is not dict:
         return None
     keys = len(obj)
-    # Unrolled: a loop over the two would cost a fifth of the usual message's parse.
+    # Unrolled: a tuple of the two built and walked for every message cost more than the look-ups.
     segment, evidence = obj.get("segment"), obj.get("evidence")
     if type(segment) is dict:
         keys += len(segment)
