@@ -76,7 +76,8 @@ class StreamProcessor:
        acknowledged moves the offsets this instance expects, and a refused one
        releases its partitions, whose records just polled are dropped with
        them; nothing of the next batch is loaded before the reply;
-    7. only then commit the offsets to Kafka, for lag monitoring alone;
+    7. only then commit the offsets to Kafka, for lag monitoring alone (at most every
+       `LagReport.COMMIT_S`);
     8. a quiet partition whose position moved past transaction markers or
        aborted records gets an offsets-only commit through the same fenced
        write, so that the stored offset reaches the last stable offset.
@@ -163,7 +164,7 @@ class StreamProcessor:
         except RecoverableError as exc:
             # Whether it landed, the stored offset says: the next holder resumes from there.
             logger.warning("the last batch's commit was not acknowledged: %s", exc)
-        self._commit_kafka_offsets()
+        self.lag.commit(self.ownership, closing=True)
         self.source.close()
         logger.info("stopped")
 
@@ -357,14 +358,7 @@ class StreamProcessor:
             self.exporter.judgment_latency.observe(max(0.0, applied_s - ts / 1000))
         self.exporter.batch_events.observe(sent.result.records)
         self.exporter.batch_seconds.observe(sent.seconds + time.perf_counter() - waited)
-        self._commit_kafka_offsets(asynchronous=True)
-
-    def _commit_kafka_offsets(self, asynchronous: bool = False) -> None:
-        try:
-            self.source.commit(self.ownership.offsets(), asynchronous=asynchronous)
-        except RecoverableError as exc:
-            # Kafka's committed offsets only feed lag dashboards; the store's are the truth.
-            logger.info("Kafka offset commit skipped: %s", exc)
+        self.lag.commit(self.ownership)
 
     def _advance_past_markers(self, polled: Collection[Partition]) -> None:
         """Step 8: move the stored offset of each quiet partition to the consumer's position, when
@@ -390,4 +384,4 @@ class StreamProcessor:
             return
         for partition, (_, position) in moves.items():
             self.ownership.committed(partition, position)
-        self._commit_kafka_offsets(asynchronous=True)
+        self.lag.commit(self.ownership)

@@ -68,9 +68,12 @@ def plain_object(raw: bytes | str, colons: int) -> dict[str, Any] | None:
     if type(obj) is not dict:
         return None
     keys = len(obj)
-    for nested in (obj.get("segment"), obj.get("evidence")):
-        if type(nested) is dict:
-            keys += len(nested)
+    # Unrolled: a tuple of the two built and walked for every message cost more than the look-ups.
+    segment, evidence = obj.get("segment"), obj.get("evidence")
+    if type(segment) is dict:
+        keys += len(segment)
+    if type(evidence) is dict:
+        keys += len(evidence)
     return obj if colons == keys else None
 
 

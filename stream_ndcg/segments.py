@@ -28,9 +28,14 @@ class SegmentProjector:
         projected = self._projections.get(event.segment)
         if projected is None:
             projected = self._project(event.segment)
+            if projected == event.segment:
+                # Remembered as the segment itself, so that the usual impression is passed on as it is.
+                projected = event.segment
             if len(self._projections) >= self.REMEMBERED:
                 self._projections.clear()
             self._projections[event.segment] = projected
+        if projected is event.segment:
+            return event
         return Impression(event.impression_id, event.query_id, event.ts, event.results, projected, event.event_id)
 
     def _project(self, segment: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:

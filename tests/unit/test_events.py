@@ -53,6 +53,20 @@ def test_a_judgment_names_its_source_and_may_carry_evidence() -> None:
     assert isinstance(parse_event(encode(JUDGMENT | {"source": "a" + "b" * 31})), Judgment)
 
 
+def test_a_segment_seen_before_is_held_to_the_limits_of_each_parse() -> None:
+    """The parser remembers the segments it found valid: not across limits, nor across key orders."""
+    long_value = IMPRESSION | {"segment": {"variant": "B" * 20, "region": "eu"}}
+    assert parse_event(encode(long_value)).segment == (("region", "eu"), ("variant", "B" * 20))  # type: ignore[union-attr]
+    assert parse_event(encode(long_value), Limits(max_id_length=19)) == InvalidEvent("invalid_segment")
+    assert parse_event(encode(long_value), Limits(max_segment_keys=1)) == InvalidEvent("oversize_segment")
+    reordered = IMPRESSION | {"segment": {"region": "eu", "variant": "B" * 20}}
+    assert parse_event(encode(reordered)) == parse_event(encode(long_value))
+    # A value of another type equal to a known string's pair is no string.
+    assert parse_event(encode(IMPRESSION | {"segment": {"variant": "1"}})).segment == (("variant", "1"),)  # type: ignore[union-attr]
+    assert parse_event(encode(IMPRESSION | {"segment": {"variant": 1}})) == InvalidEvent("invalid_segment")
+    assert parse_event(encode(IMPRESSION | {"segment": {"variant": ["B"]}})) == InvalidEvent("invalid_segment")
+
+
 def test_optional_fields_and_rfc3339_times() -> None:
     event = parse_event(encode(without(without(IMPRESSION, "segment"), "event_id") | {"ts": "2025-11-21T00:00:00Z"}))
     assert isinstance(event, Impression)

@@ -254,6 +254,41 @@ def test_a_revoked_partition_is_neither_written_nor_reported() -> None:
     assert Counter(store.counts())["impression"] == 3
 
 
+def test_kafka_offsets_are_committed_at_most_every_commit_s_a_put_off_one_when_due_and_at_close() -> None:
+    source, store = LocalSource({TOPIC: 2}), FlakyStore()
+    commits: list[dict[Partition, int]] = []
+    commit = source.commit
+
+    def recorded(offsets: Mapping[Partition, int], *, asynchronous: bool = False) -> None:
+        commits.append(dict(offsets))
+        commit(offsets, asynchronous=asynchronous)
+
+    source.commit = recorded  # type: ignore[method-assign]
+    made = processor(source, store)
+    now = [1000.0]
+    made.lag.clock = lambda: now[0]
+    assert made.start()
+    fill(source, [event(serial, 0, "impression", serial % 5, 0) for serial in range(3)])
+    drain(made, source)
+    fill(source, [event(serial, serial, "impression", serial % 5, 0) for serial in range(3, 10)])
+    drain(made, source)
+    # Batches stored in both partitions; only the first moved Kafka's offsets.
+    assert store.next_offset(PARTITIONS[0].name) == 6 and store.next_offset(PARTITIONS[1].name) == 4
+    assert commits == [{PARTITIONS[0]: 3}]
+    made.run_once()
+    assert len(commits) == 1
+    # The put-off commit is made once due, by a cycle without records.
+    now[0] += made.lag.COMMIT_S
+    made.run_once()
+    assert commits[-1] == {PARTITIONS[0]: 6, PARTITIONS[1]: 4}
+    made.run_once()
+    assert len(commits) == 2
+    fill(source, [event(10, 0, "impression", 0, 0)])
+    drain(made, source)
+    made.close()
+    assert commits[-1] == source.committed == {PARTITIONS[0]: 7, PARTITIONS[1]: 4}
+
+
 def lost_records_setup(fail_on_data_loss: bool) -> tuple[StreamProcessor, LocalSource, FlakyStore, list[bytes]]:
     """Partition 0 read up to offset 4, then offsets 4 to 7 deleted before the processor comes back."""
     source, store = LocalSource({TOPIC: 2}), FlakyStore()
