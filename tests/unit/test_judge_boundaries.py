@@ -12,7 +12,7 @@ import zlib
 from typing import Any
 
 import orjson
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
@@ -162,6 +162,8 @@ def decided_with_starts(by_partition: dict[int, list[bytes]], starts: dict[int, 
 
 @settings(max_examples=4, deadline=None)
 @given(seed=st.integers(50, 70), lateness=st.lists(st.integers(0, 3 * INTERVAL), min_size=2, max_size=2))
+# The last partition starting on a boundary: every partition decides the last boundary at once.
+@example(seed=50, lateness=[0, 60_000])
 def test_a_first_cycle_longer_than_the_interval_closes_each_boundary_once_in_order(
         seed: int, lateness: list[int]) -> None:
     """Wall clock: the first cycle claims the three partitions and reads the wall once per
@@ -199,4 +201,6 @@ def test_a_first_cycle_longer_than_the_interval_closes_each_boundary_once_in_ord
         assert sent == sorted(sent)
     stored = {n: ClickJudge.from_state(SETTINGS, store.load(f"{TOPIC}:{n}").state) for n in range(PARTITIONS)}
     assert {n: judge.boundaries for n, judge in stored.items()} == decided
-    assert all(judge.closed == boundaries[-1] and judge.clock_ms == end for judge in stored.values())
+    # A cycle that only moves the wall clock writes nothing, so the stored clock is where the last
+    # boundary was decided: at or past it, never past the wall.
+    assert all(judge.closed == boundaries[-1] and boundaries[-1] <= judge.clock_ms <= end for judge in stored.values())
