@@ -250,9 +250,16 @@ class RedisStore(RedisReads):
         aggs = [[index(self._key(partition, "agg", b)), ttl(b), str(b), fields]
                 for b, fields in state_format.aggregate_increments(outcome).items()]
         # The script logs the rows itself while a reader holds the lease: they cross the network once.
-        rows = [[index(self._key(partition, "rows", b)), ttl(b), fields, b]
-                for b, fields in state_format.row_writes(
-                    outcome, compact_format.encode_row if self.write_format >= 7 else state_format.encode_row).items()]
+        row_writes = state_format.row_writes(
+            outcome, compact_format.encode_row if self.write_format >= 7 else state_format.encode_row)
+        if self.write_format >= 8:
+            # Format 8's shards, named by the script from their prefix (in the partition's slot),
+            # under the bucket's directory; the bucket's format 7 hash loses the rows written.
+            rows = [[index(self._key(partition, "rowdir", b)), ttl(b), fields, b,
+                     index(self._key(partition, "rows", b)), self._key(partition, "rows", b, "")]
+                    for b, fields in row_writes.items()]
+        else:
+            rows = [[index(self._key(partition, "rows", b)), ttl(b), fields, b] for b, fields in row_writes.items()]
         prune = str(oldest_kept_bucket(now, self.horizon_ms, self.bucket_ms)) if now is not None else None
         forget = str(oldest_kept_bucket(now, self.dedup_horizon_ms, self.bucket_ms)) if now is not None else None
         # Before the clock moves: a partition marks an experiment's first bucket by the clock it had.

@@ -66,7 +66,63 @@ ROW_LOG_MS = 120_000
 # How long the row log is written after the last drill-down read: an open page refreshes well within it.
 READER_LEASE_MS = 600_000
 
-COMMIT = """
+# A shard of a name: the first 32 bits of its SHA-1, modulo the shard count (`shard_format.shard_of`).
+SHARD = """
+local function shard(name, n)
+  return tonumber(string.sub(redis.sha1hex(name), 1, 8), 16) % n
+end
+"""
+
+# Format 8's rows of one bucket (`state.shard_format`): its directory `dir` (shard count n, field
+# count c, segments interned: k and segment -> index), its shards `prefix`..i, each row cut into
+# pieces of at most 64 bytes, the first led by the count; a row of format 7 in `old` is removed.
+# The shards double when they hold more than 64 fields each on average, so that each stays a listpack.
+SHARDED_ROWS = SHARD + """
+local function sharded_rows(dir, old, prefix, ttl, fields)
+  local n = tonumber(redis.call('HGET', dir, 'n') or '1')
+  local stale = redis.call('EXISTS', old) == 1
+  local added = 0
+  for i = 1, #fields, 2 do
+    local f, text = fields[i], fields[i + 1]
+    local cut = string.find(f, '\\31', 1, true)
+    local segment, q = string.sub(f, 1, cut - 1), string.sub(f, cut + 1)
+    local index = redis.call('HGET', dir, segment)
+    if not index then
+      index = tostring(redis.call('HINCRBY', dir, 'k', 1) - 1)
+      redis.call('HSET', dir, segment, index)
+    end
+    local m = math.ceil((#text + 1) / 64)
+    local args = {index .. '|' .. q, string.char(48 + m) .. string.sub(text, 1, 63)}
+    for j = 1, m - 1 do
+      args[#args + 1] = index .. '~' .. j .. '|' .. q
+      args[#args + 1] = string.sub(text, 64 * j, 64 * j + 63)
+    end
+    added = added + redis.call('HSET', prefix .. shard(q, n), unpack(args))
+    if stale then redis.call('HDEL', old, f) end
+  end
+  local count = redis.call('HINCRBY', dir, 'c', added)
+  while count > 64 * n do
+    for i = 0, n - 1 do
+      local held = redis.call('HGETALL', prefix .. i)
+      for j = 1, #held, 2 do
+        local f = held[j]
+        local to = shard(string.sub(f, string.find(f, '|', 1, true) + 1), 2 * n)
+        if to ~= i then
+          redis.call('HSET', prefix .. to, f, held[j + 1])
+          redis.call('HDEL', prefix .. i, f)
+        end
+      end
+    end
+    n = 2 * n
+  end
+  redis.call('HSET', dir, 'n', n)
+  -- Every shard, written now or not: under the event clock a TTL is not a fixed point in time.
+  for i = 0, n - 1 do redis.call('PEXPIRE', prefix .. i, ttl) end
+  redis.call('PEXPIRE', dir, ttl)
+end
+"""
+
+COMMIT = SHARDED_ROWS + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if redis.call('HGET', KEYS[2], 'offset') ~= (ARGV[3] ~= '' and ARGV[3] or false) then return -1 end
 local p = cjson.decode(ARGV[2])
@@ -99,8 +155,12 @@ for _, a in ipairs(p.aggs) do
   redis.call('ZADD', KEYS[8], p.offset, a[3])
 end
 for _, r in ipairs(p.rows) do
-  for i = 1, #r[3], 200 do redis.call('HSET', KEYS[r[1]], unpack(r[3], i, math.min(i + 199, #r[3]))) end
-  redis.call('PEXPIRE', KEYS[r[1]], r[2])
+  if r[5] then
+    sharded_rows(KEYS[r[1]], KEYS[r[5]], r[6], r[2], r[3])
+  else
+    for i = 1, #r[3], 200 do redis.call('HSET', KEYS[r[1]], unpack(r[3], i, math.min(i + 199, #r[3]))) end
+    redis.call('PEXPIRE', KEYS[r[1]], r[2])
+  end
 end
 if #p.rows > 0 then
   local n = redis.call('HINCRBY', KEYS[2], 'rowseq', 1)
