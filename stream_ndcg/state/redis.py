@@ -42,7 +42,7 @@ from stream_ndcg.state import compact_format, experiment_format
 from stream_ndcg.state import format as state_format
 from stream_ndcg.state.base import Commit, CommitInFlight, Snapshot
 from stream_ndcg.state.redis_reads import Client, RedisReads, text
-from stream_ndcg.state.redis_scripts import ADMIT, ADOPT, COMMIT, ROW_LOG_MS
+from stream_ndcg.state.redis_scripts import ADMIT, ADOPT, COMMIT, ROW_LOG_MS, SEEN_IDS
 from stream_ndcg.windows import bucket_ttl_ms, oldest_kept_bucket
 
 logger = logging.getLogger(__name__)
@@ -121,7 +121,10 @@ class RedisStore(RedisReads):
                 pipe.hgetall(self._key(partition, "q", query_id))
                 pipe.hgetall(self._key(partition, "g", query_id))
             if ids:
+                # Format 7's sorted set, then format 8's shards (either may hold ids of the dedup horizon).
                 pipe.zmscore(self._key(partition, "imp"), ids)
+                pipe.execute_command("EVAL", SEEN_IDS, 1, self._key(partition, "iddir"), self._key(partition, "ids", ""),
+                                     *ids)
             pipe.hget(self._key(partition, "meta"), "clock")
             replies = pipe.execute()
         decoded: dict[str, QueryState] = {}
@@ -133,8 +136,11 @@ class RedisStore(RedisReads):
                     compact_format.groups_from_fields(state, compact)
         self._complete_lists(partition, decoded)
         states.update(decoded)
-        known = {i: int(score) for i, score in zip(ids, replies[2 * len(queries)], strict=True)
-                 if score is not None} if ids else {}
+        known: dict[str, int] = {}
+        if ids:
+            for i, scored, sharded in zip(ids, replies[2 * len(queries)], replies[2 * len(queries) + 1], strict=True):
+                if scored is not None or sharded is not None:
+                    known[i] = max(int(found) for found in (scored, sharded) if found is not None)
         clock = replies[-1]
         return Snapshot(states, known, int(clock) if clock is not None else None)
 
@@ -198,7 +204,7 @@ class RedisStore(RedisReads):
         """The commit script's keys and payload, and the TTL it gives each query state."""
         partition, outcome = commit.partition, commit.outcome
         keys = [self._key(partition, name) for name in ("epoch", "meta", "counts", "aggidx", "imp", "rowlog", "reader",
-                                                              "aggchg")]
+                                                              "aggchg", "iddir")]
 
         def index(key: str) -> int:
             keys.append(key)
@@ -247,6 +253,8 @@ class RedisStore(RedisReads):
                  for (q, b), fields in state_format.list_increments(outcome, compacted).items()]
         impressions = [item for impression_id, bucket in outcome.impression_buckets.items()
                        for item in (str(bucket), impression_id)]
+        # Format 8 keeps them in the sharded hashes, format 7 in the sorted set.
+        ids, impressions = (impressions, []) if self.write_format >= 8 else ([], impressions)
         aggs = [[index(self._key(partition, "agg", b)), ttl(b), str(b), fields]
                 for b, fields in state_format.aggregate_increments(outcome).items()]
         # The script logs the rows itself while a reader holds the lease: they cross the network once.
@@ -267,6 +275,7 @@ class RedisStore(RedisReads):
                 for name, first_bucket, increments in experiment_format.cell_increments(commit.experiments)]
         payload = {
             "states": states, "lists": lists, "impressions": impressions, "aggs": aggs, "rows": rows,
+            "ids": ids, "id_prefix": self._key(partition, "ids", ""), "id_span": self._id_slot_buckets(),
             "exps": exps, "bucket_ms": self.bucket_ms,
             "row_log_ms": ROW_LOG_MS,
             "counts": [[name, n] for name, n in outcome.counts.items()],
@@ -277,6 +286,11 @@ class RedisStore(RedisReads):
             "forget": forget,
         }
         return keys, orjson.dumps(payload).decode(), state_ttls
+
+    def _id_slot_buckets(self) -> int:
+        """The buckets of one slot of impression ids (format 8): a quarter of the dedup horizon, so
+        that the ids held past it are at most a quarter more, and a lookup reads about five slots."""
+        return max(1, -(-self.dedup_horizon_ms // self.bucket_ms) // 4)
 
     def _compact_groups(self, state: QueryState, change: QueryChange) -> set[tuple[int, str]]:
         """The batch's changed groups written to the query's compact hash (format 7): those whose

@@ -67,9 +67,29 @@ ROW_LOG_MS = 120_000
 READER_LEASE_MS = 600_000
 
 # A shard of a name: the first 32 bits of its SHA-1, modulo the shard count (`shard_format.shard_of`).
+# `grow` doubles the shards prefix..0 to prefix..n-1 until they hold at most 64 fields each on
+# average, so that each stays a listpack (128 fields at most by the server's defaults): the fields
+# are named by what they are sharded by, or (`after_bar`) by it after their first '|'.
 SHARD = """
 local function shard(name, n)
   return tonumber(string.sub(redis.sha1hex(name), 1, 8), 16) % n
+end
+local function grow(prefix, n, count, after_bar)
+  while count > 64 * n do
+    for i = 0, n - 1 do
+      local held = redis.call('HGETALL', prefix .. i)
+      for j = 1, #held, 2 do
+        local f = held[j]
+        local to = shard(after_bar and string.sub(f, string.find(f, '|', 1, true) + 1) or f, 2 * n)
+        if to ~= i then
+          redis.call('HSET', prefix .. to, f, held[j + 1])
+          redis.call('HDEL', prefix .. i, f)
+        end
+      end
+    end
+    n = 2 * n
+  end
+  return n
 end
 """
 
@@ -100,21 +120,7 @@ local function sharded_rows(dir, old, prefix, ttl, fields)
     added = added + redis.call('HSET', prefix .. shard(q, n), unpack(args))
     if stale then redis.call('HDEL', old, f) end
   end
-  local count = redis.call('HINCRBY', dir, 'c', added)
-  while count > 64 * n do
-    for i = 0, n - 1 do
-      local held = redis.call('HGETALL', prefix .. i)
-      for j = 1, #held, 2 do
-        local f = held[j]
-        local to = shard(string.sub(f, string.find(f, '|', 1, true) + 1), 2 * n)
-        if to ~= i then
-          redis.call('HSET', prefix .. to, f, held[j + 1])
-          redis.call('HDEL', prefix .. i, f)
-        end
-      end
-    end
-    n = 2 * n
-  end
+  n = grow(prefix, n, redis.call('HINCRBY', dir, 'c', added), true)
   redis.call('HSET', dir, 'n', n)
   -- Every shard, written now or not: under the event clock a TTL is not a fixed point in time.
   for i = 0, n - 1 do redis.call('PEXPIRE', prefix .. i, ttl) end
@@ -122,7 +128,72 @@ local function sharded_rows(dir, old, prefix, ttl, fields)
 end
 """
 
-COMMIT = SHARDED_ROWS + """
+# Format 8's impression ids (`state.shard_format`): the directory `dir` (span: the buckets of a
+# slot, fixed at the first write; <slot> -> its shard count; <slot>:c its ids), the shards
+# prefix..<slot>:<i>, id -> its bucket less the slot's first.
+SHARDED_IDS = """
+local function remember_ids(dir, prefix, span, ttl, ids)
+  redis.call('HSETNX', dir, 'span', span)
+  span = tonumber(redis.call('HGET', dir, 'span'))
+  local slots = {}
+  for i = 1, #ids, 2 do
+    local bucket = tonumber(ids[i])
+    local start = bucket - bucket % span
+    local slot = slots[start]
+    if not slot then
+      slot = {tonumber(redis.call('HGET', dir, start) or '1'), 0}
+      slots[start] = slot
+    end
+    local key = prefix .. start .. ':' .. shard(ids[i + 1], slot[1])
+    slot[2] = slot[2] + redis.call('HSET', key, ids[i + 1], bucket - start)
+  end
+  for start, slot in pairs(slots) do
+    local n = grow(prefix .. start .. ':', slot[1], redis.call('HINCRBY', dir, start .. ':c', slot[2]), false)
+    redis.call('HSET', dir, start, n)
+    -- Every shard of the slot: under the event clock a TTL is not a fixed point in time.
+    for i = 0, n - 1 do redis.call('PEXPIRE', prefix .. start .. ':' .. i, ttl) end
+  end
+  redis.call('PEXPIRE', dir, ttl)
+end
+local function forget_ids(dir, prefix, before)
+  local held = redis.call('HGETALL', dir)
+  local span = tonumber(redis.call('HGET', dir, 'span') or '0')
+  for i = 1, #held, 2 do
+    local f = held[i]
+    if f ~= 'span' and not string.find(f, ':', 1, true) and tonumber(f) + span <= before then
+      for s = 0, tonumber(held[i + 1]) - 1 do redis.call('DEL', prefix .. f .. ':' .. s) end
+      redis.call('HDEL', dir, f, f .. ':c')
+    end
+  end
+end
+"""
+
+# Which of ARGV[2...] (impression ids) format 8's shards hold (KEYS[1] their directory, ARGV[1]
+# their prefix): each id's bucket, or nil.
+SEEN_IDS = SHARD + """
+local held = redis.call('HGETALL', KEYS[1])
+local slots = {}
+for i = 1, #held, 2 do
+  if held[i] ~= 'span' and not string.find(held[i], ':', 1, true) then
+    slots[#slots + 1] = {held[i], tonumber(held[i + 1]), tonumber(held[i])}
+  end
+end
+local found = {}
+for j = 2, #ARGV do
+  local id = ARGV[j]
+  found[j - 1] = false
+  for _, slot in ipairs(slots) do
+    local at = redis.call('HGET', ARGV[1] .. slot[1] .. ':' .. shard(id, slot[2]), id)
+    if at then
+      found[j - 1] = slot[3] + tonumber(at)
+      break
+    end
+  end
+end
+return found
+"""
+
+COMMIT = SHARDED_ROWS + SHARDED_IDS + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if redis.call('HGET', KEYS[2], 'offset') ~= (ARGV[3] ~= '' and ARGV[3] or false) then return -1 end
 local p = cjson.decode(ARGV[2])
@@ -148,6 +219,7 @@ for i = 1, #p.impressions, 500 do
   redis.call('ZADD', KEYS[5], unpack(p.impressions, i, math.min(i + 499, #p.impressions)))
 end
 if #p.impressions > 0 then redis.call('PEXPIRE', KEYS[5], p.imp_ttl) end
+if #p.ids > 0 then remember_ids(KEYS[9], p.id_prefix, p.id_span, p.imp_ttl, p.ids) end
 for _, a in ipairs(p.aggs) do
   for _, f in ipairs(a[4]) do redis.call('HINCRBYFLOAT', KEYS[a[1]], f[1], f[2]) end
   redis.call('PEXPIRE', KEYS[a[1]], a[2])
@@ -200,6 +272,7 @@ if p.prune ~= cjson.null then
   for i = 1, #gone, 500 do redis.call('ZREM', KEYS[8], unpack(gone, i, math.min(i + 499, #gone))) end
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. p.prune)
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. p.forget)
+  forget_ids(KEYS[9], p.id_prefix, tonumber(p.forget))
 end
 return 1
 """
