@@ -123,8 +123,8 @@ class RedisStore(RedisReads):
             if ids:
                 # Format 7's sorted set, then format 8's shards (either may hold ids of the dedup horizon).
                 pipe.zmscore(self._key(partition, "imp"), ids)
-                pipe.execute_command("EVAL", SEEN_IDS, 1, self._key(partition, "iddir"), self._key(partition, "ids", ""),
-                                     *ids)
+                pipe.execute_command("EVAL", SEEN_IDS, 1, self._key(partition, "iddir"),
+                                     self._key(partition, "ids", ""), *ids)
             pipe.hget(self._key(partition, "meta"), "clock")
             replies = pipe.execute()
         decoded: dict[str, QueryState] = {}
