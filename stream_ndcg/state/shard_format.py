@@ -21,7 +21,7 @@ removed from its bucket's format 7 hash in the same script; a reader reads both,
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from stream_ndcg.rows import Row
@@ -47,7 +47,7 @@ def segments_of(directory: Mapping[Any, Any]) -> dict[bytes, str]:
     return {index: segment.decode() for segment, index in directory.items() if segment not in DIRECTORY_FIELDS}
 
 
-def rows_of(directory: Mapping[Any, Any], shards: list[Mapping[Any, Any]]) -> dict[tuple[str, str], str]:
+def rows_of(directory: Mapping[Any, Any], shards: Sequence[Mapping[Any, Any]]) -> dict[tuple[str, str], str]:
     """(segment, query id) -> the row's text (`compact_format.decode_row` reads it), of a bucket's
     directory and shards as the Redis client returns them."""
     segments = segments_of(directory)
@@ -70,7 +70,7 @@ def rows_of(directory: Mapping[Any, Any], shards: list[Mapping[Any, Any]]) -> di
 
 
 def bucket_rows(bucket: int, old: Mapping[Any, Any], directory: Mapping[Any, Any],
-                shards: list[Mapping[Any, Any]]) -> list[tuple[int, str, str, Row]]:
+                shards: Sequence[Mapping[Any, Any]]) -> list[tuple[int, str, str, Row]]:
     """(bucket, segment, query id, row) of a bucket: its format 7 hash `old`, then its format 8
     directory and shards (a row written in format 8 is no longer in the old hash, but a reader
     that reads both between two commits still takes the newer)."""

@@ -66,15 +66,17 @@ def test_rows_and_ids_of_format_8_are_listpack_shards_read_as_the_memory_store_h
     shards = int(directory[b"n"])
     # Grown past one shard, each a listpack, each row in the shard of its query.
     assert shards > 1
-    for key in raw.keys(f"{tag}:rows:*"):
+    row_keys: list[bytes] = list(raw.keys(f"{tag}:rows:*"))  # type: ignore[arg-type]
+    for key in row_keys:
         assert raw.object("encoding", key) == b"listpack", key
-        index = int(key.decode().rpartition(":")[2])
-        assert all(shard_of(name.partition(b"|")[2].decode(), shards) == index for name in raw.hkeys(key))
+        index = int(key.rpartition(b":")[2])
+        names: list[bytes] = list(raw.hkeys(key))  # type: ignore[arg-type]
+        assert all(shard_of(name.partition(b"|")[2].decode(), shards) == index for name in names)
         assert all(len(value) <= 64 for value in raw.hvals(key))
     id_keys = raw.keys(f"{tag}:ids:*")
     assert len(id_keys) > 1 and sum(raw.hlen(key) for key in id_keys) == QUERIES
-    for key in [*id_keys, f"{tag}:rowdir:{T0 // BUCKET}", f"{tag}:iddir"]:
-        assert raw.object("encoding", key) == b"listpack", key
+    for id_key in [*id_keys, f"{tag}:rowdir:{T0 // BUCKET}", f"{tag}:iddir"]:
+        assert raw.object("encoding", id_key) == b"listpack", id_key
     assert not raw.exists(f"{tag}:imp") and not raw.exists(f"{tag}:rows:{T0 // BUCKET}")
     assert rows_of(store) == rows_of(memory) and len(rows_of(memory)) == QUERIES
     # Every id sent again is a duplicate, in both stores alike.
