@@ -17,7 +17,8 @@ the judgment TTL). Its fields are short enough for Redis to keep a query of the 
                            character each below 93 (`position`), '!<index>!' from there on
 
 Drill-down rows keep format 6's place and form (`state.format`), their long sums dense as a
-group's are (`encode_row`); `decode_row` reads both.
+group's are (`encode_row`); format 8 shards them (`state.shard_format`), a long sum equal to the
+one before it written once (`encode_row_8`); `decode_row` reads all three.
 
 A group's ranks are not stored: they are its lists' first occurrences (`Group.add_list`), each
 list being cut at the measure's depth already. A group's lists are written when they change, its
@@ -76,35 +77,54 @@ def positions_of(text: str) -> list[int]:
     return indices
 
 
-def numbers_text(values: list[float]) -> str:
+def numbers_text(values: list[float], repeats: bool = False) -> str:
     """Sums, comma-separated, each as its shortest text ('2' for 2.0, '' for 0) or, when that is
     longer than 12 characters, as a quote; then, after '|', the long ones' doubles in base 64:
-    read back, the same doubles. orjson writes the shortest texts, in C."""
+    read back, the same doubles. orjson writes the shortest texts, in C. With `repeats` (format 8's
+    rows) a long sum equal to the long one before it is a double quote, with no bytes of its own
+    (a row's exposure and unjudged part are one number while none is judged), and no padding."""
     # Most sums of a group of the tail are 0 (-0.0 comes back as 0.0, which no sum tells apart).
     parts = [_SHORTER.get(part, part) for part in
              whole_numbers_short(orjson.dumps(values)).decode()[1:-1].split(",")]
     long = [i for i, part in enumerate(parts) if len(part) > _DENSEST]
     if not long:
         return ",".join(parts)
+    dense: list[float] = []
     for i in long:
-        parts[i] = "'"
-    return ",".join(parts) + "|" + base64.b64encode(struct.pack(f"<{len(long)}d", *[values[i] for i in long])).decode()
+        if repeats and dense and values[i] == dense[-1]:
+            parts[i] = '"'
+        else:
+            parts[i] = "'"
+            dense.append(values[i])
+    blob = base64.b64encode(struct.pack(f"<{len(dense)}d", *dense)).decode()
+    return ",".join(parts) + "|" + (blob.rstrip("=") if repeats else blob)
 
 
 def numbers_of(text: str) -> list[float]:
-    """The sums `numbers_text` wrote."""
+    """The sums `numbers_text` wrote (with `repeats` or without)."""
     head, _, blob = text.partition("|")
     parts = head.split(",")
     if not blob:
         return [float(part) if part else 0.0 for part in parts]
-    raw = base64.b64decode(blob)
+    raw = base64.b64decode(blob + "=" * (-len(blob) % 4))
     dense = iter(struct.unpack(f"<{len(raw) // 8}d", raw))
-    return [next(dense) if part == "'" else float(part) if part else 0.0 for part in parts]
+    numbers: list[float] = []
+    last = 0.0
+    for part in parts:
+        if part == "'":
+            last = next(dense)
+        numbers.append(last if part in ("'", '"') else float(part) if part else 0.0)
+    return numbers
 
 
 def encode_row(row: Row) -> str:
     """A drill-down row as format 7 writes it (`state.format` names its values): `numbers_text`."""
     return numbers_text(list(row))
+
+
+def encode_row_8(row: Row) -> str:
+    """A drill-down row as format 8 writes it: `numbers_text` with repeats."""
+    return numbers_text(list(row), repeats=True)
 
 
 def decode_row(raw: bytes | str) -> Row:

@@ -7,7 +7,8 @@ increments, counts, the clock and the next offset, all or nothing.
 
 The same code runs on one server and on a Redis Cluster (``connect(...,
 cluster=True)``): every script names all its keys and they share one slot, the
-two global sets are single-key commands, and scripts go as EVAL, which the
+two global sets are single-key commands (format 8's shards, which the script names itself, are
+in the partition's slot too), and scripts go as EVAL, which the
 cluster pipeline routes by key (it refuses EVALSHA) and which no node can
 answer with NOSCRIPT after a restart or failover.
 
@@ -259,7 +260,8 @@ class RedisStore(RedisReads):
                 for b, fields in state_format.aggregate_increments(outcome).items()]
         # The script logs the rows itself while a reader holds the lease: they cross the network once.
         row_writes = state_format.row_writes(
-            outcome, compact_format.encode_row if self.write_format >= 7 else state_format.encode_row)
+            outcome, compact_format.encode_row_8 if self.write_format >= 8
+            else compact_format.encode_row if self.write_format >= 7 else state_format.encode_row)
         if self.write_format >= 8:
             # Format 8's shards, named by the script from their prefix (in the partition's slot),
             # under the bucket's directory; the bucket's format 7 hash loses the rows written.

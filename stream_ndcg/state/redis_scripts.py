@@ -1,7 +1,9 @@
 """The Redis key layout of the state, and the Lua scripts that write it.
 
 The scripts are called by `state.redis.RedisStore`, which builds their KEYS and ARGV: a key
-added here goes into `RedisStore._payload` too.
+added here goes into `RedisStore._payload` too. Format 8's shards are the exception: the script
+names them from a prefix and the shard counts it keeps (they share the partition's hash tag, so
+its slot on a cluster).
 
 Key layout (``ns`` is the namespace setting, followed by ``#<generation>`` once
 the state has been rebuilt for a new metric configuration; ``{ns:P}`` is a Redis
@@ -35,7 +37,13 @@ Cluster hash tag, so that everything of one input partition P =
                                        (`state.format`), TTL horizon; since format 7 only for the
                                        groups of earlier formats that are not moved to the g hash
     {ns:P}:imp                 ZSET    impression ids applied, scored by the bucket each is remembered
-                                       from (`Engine._impression`); pruned behind the dedup horizon
+                                       from (`Engine._impression`); pruned behind the dedup horizon;
+                                       since format 8 only read, until pruned
+    {ns:P}:iddir               HASH    format 8's impression ids: span (a slot's buckets), <slot> -> its
+                                       shard count, <slot>:c -> its ids (`SHARDED_IDS`)
+    {ns:P}:ids:<slot>:<i>      HASH    id -> the bucket it is remembered from less the slot's first, for
+                                       the ids whose `shard` is i; a slot goes whole behind the dedup
+                                       horizon, TTL horizon
     {ns:P}:agg:<bucket>        HASH    aggregate sums (`state.format`), TTL horizon
     {ns:P}:aggidx              ZSET    the buckets that have an agg hash
     {ns:P}:aggchg              ZSET    the same buckets, scored by the next offset of the commit
@@ -44,7 +52,11 @@ Cluster hash tag, so that everything of one input partition P =
                                        that finds aggmark behind the stored offset (a writer of an
                                        earlier version committed without aggchg) bumps aggepoch,
                                        and a reader that sees it move reads the partition whole
-    {ns:P}:rows:<bucket>       HASH    drill-down rows (`state.format`), TTL horizon
+    {ns:P}:rows:<bucket>       HASH    drill-down rows (`state.format`), TTL horizon; since format 8
+                                       only read, and a row removed when it is written in the shards
+    {ns:P}:rowdir:<bucket>     HASH    format 8's rows of the bucket: its shard count, segments
+                                       interned (`state.shard_format`), TTL horizon
+    {ns:P}:rows:<bucket>:<i>   HASH    the rows of the queries whose `shard` is i, TTL horizon
     {ns:P}:rowlog              STREAM  the rows of each commit (one entry: n its rowseq, r JSON
                                        [[bucket, field, value]...]), trimmed to the last
                                        ROW_LOG_MS, so that a drill-down reader reads what changed;

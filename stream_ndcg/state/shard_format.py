@@ -16,6 +16,9 @@ A shard holds about 32 to 64 fields (the script doubles the shards past 64 on av
 most 64 bytes: a listpack with the server's defaults. The text is format 7's (`numbers_text`), and
 the row log keeps format 7's fields, so a log reader is unchanged. A row written in format 8 is
 removed from its bucket's format 7 hash in the same script; a reader reads both, format 8 last.
+
+The impression ids of format 8 are sharded the same way, by slots of buckets that go whole behind
+the dedup horizon (`redis_scripts.SHARDED_IDS`, looked up by `redis_scripts.SEEN_IDS`).
 """
 
 from __future__ import annotations

@@ -41,6 +41,19 @@ def test_sums_read_back_as_the_same_doubles_in_at_most_twelve_characters_each(va
     assert [math.copysign(1, x) for x in read if x] == [math.copysign(1, x) for x in values if x]
 
 
+@given(st.lists(st.sampled_from([0.0, 1.0, 2.5, 0.1 + 0.2, 1 / 3, -1 / 7, 2.9485027221412834]), min_size=1,
+                max_size=20))
+def test_sums_with_repeats_read_back_and_a_repeated_long_sum_costs_no_bytes(values: list[float]) -> None:
+    text = numbers_text(values, repeats=True)
+    assert numbers_of(text) == values
+    head, _, blob = text.partition("|")
+    # One double per long sum that differs from the long one before it, and no padding.
+    longs = [x for x in values if len(repr(x)) > 12]
+    changes = sum(1 for i, x in enumerate(longs) if i == 0 or x != longs[i - 1])
+    assert head.split(",").count("'") == changes
+    assert len(blob) == math.ceil(8 * changes * 4 / 3) and "=" not in blob
+
+
 @given(st.lists(st.integers(0, 5000), max_size=20))
 def test_positions_read_back(indices: list[int]) -> None:
     assert positions_of("".join(position(i) for i in indices)) == indices
