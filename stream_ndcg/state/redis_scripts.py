@@ -193,9 +193,11 @@ end
 local found = {}
 for j = 2, #ARGV do
   local id = ARGV[j]
+  -- shard(id, n) for every slot's n, the digest taken once.
+  local hash = shard(id, 4294967296)
   found[j - 1] = false
   for _, slot in ipairs(slots) do
-    local at = redis.call('HGET', ARGV[1] .. slot[1] .. ':' .. shard(id, slot[2]), id)
+    local at = redis.call('HGET', ARGV[1] .. slot[1] .. ':' .. (hash % slot[2]), id)
     if at then
       found[j - 1] = slot[3] + tonumber(at)
       break
