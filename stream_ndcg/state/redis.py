@@ -39,7 +39,7 @@ from stream_ndcg import reconfigure
 from stream_ndcg.engine import QueryChange
 from stream_ndcg.errors import ConfigError, FencedError, StoreUnavailable
 from stream_ndcg.query_state import QueryState
-from stream_ndcg.state import compact_format, experiment_format
+from stream_ndcg.state import compact_format, experiment_format, shard_format
 from stream_ndcg.state import format as state_format
 from stream_ndcg.state.base import Commit, CommitInFlight, Snapshot
 from stream_ndcg.state.redis_reads import Client, RedisReads, text
@@ -240,7 +240,8 @@ class RedisStore(RedisReads):
                                                 if grouped_only else self.state_ttl_ms)
             states.append([index(self._key(partition, "q", query_id)), state_ttl, written, removed, appended])
             if self.write_format >= 7:
-                write = compact_format.compact_changes(state, compact, query_change.removed, shown.get(query_id, {}))
+                write = compact_format.compact_changes(state, compact, query_change.removed, shown.get(query_id, {}),
+                                                       repeats=self.write_format >= 8)
                 # The groups expire with the newest of them: the horizon's TTL of its bucket. The
                 # cached state is trusted no longer, written now or not: it knows what the hash holds.
                 groups_ttl = ttl(max(b for b, _ in state.groups)) if state.groups else state_ttl
@@ -260,8 +261,8 @@ class RedisStore(RedisReads):
                 for b, fields in state_format.aggregate_increments(outcome).items()]
         # The script logs the rows itself while a reader holds the lease: they cross the network once.
         row_writes = state_format.row_writes(
-            outcome, compact_format.encode_row_8 if self.write_format >= 8
-            else compact_format.encode_row if self.write_format >= 7 else state_format.encode_row)
+            outcome, shard_format.encode_row_8 if self.write_format >= 8
+            else shard_format.encode_row if self.write_format >= 7 else state_format.encode_row)
         if self.write_format >= 8:
             # Format 8's shards, named by the script from their prefix (in the partition's slot),
             # under the bucket's directory; the bucket's format 7 hash loses the rows written.

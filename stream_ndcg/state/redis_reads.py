@@ -230,7 +230,7 @@ class RedisReads(RedisClient):
             # Every entry since the cursor, none missing, up to the count read first.
             if (numbers == list(range(int(seen) + 1, int(seen) + 1 + len(numbers)))
                     and (numbers[-1] if numbers else int(seen)) >= int(written or 0)):
-                rows = [(bucket, *state_format.decode_row_field(field), compact_format.decode_row(value))
+                rows = [(bucket, *state_format.decode_row_field(field), shard_format.decode_row(value))
                         for _, values in entries for bucket, field, value in orjson.loads(values[b"r"])]
                 return RowRead(_log_cursor(entries[-1]) if entries else cursor, False, rows)
         with self._round_trip("row read"):

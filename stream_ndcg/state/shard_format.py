@@ -28,11 +28,30 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from stream_ndcg.rows import Row
-from stream_ndcg.state.compact_format import decode_row
+from stream_ndcg.state.compact_format import numbers_of, numbers_text
+from stream_ndcg.state.format import decode_row as format_6_row
 from stream_ndcg.state.format import decode_row_field
 
 # The directory's own fields; every other field of it is a segment key, which is JSON.
 DIRECTORY_FIELDS = (b"n", b"c", b"k")
+
+
+def encode_row(row: Row) -> str:
+    """A drill-down row as format 7 writes it (`state.format` names its values): `numbers_text`."""
+    return numbers_text(list(row))
+
+
+def encode_row_8(row: Row) -> str:
+    """A drill-down row as format 8 writes it: `numbers_text` with repeats."""
+    return numbers_text(list(row), repeats=True)
+
+
+def decode_row(raw: bytes | str) -> Row:
+    """A row of any format: one without a dense or empty number in C, as format 6 reads it."""
+    data = raw if isinstance(raw, bytes) else raw.encode()
+    if data and b"|" not in data and b",," not in data and data[:1] != b"," and data[-1:] != b",":
+        return format_6_row(data)
+    return tuple(numbers_of(data.decode()))
 
 
 def shard_of(name: str, count: int) -> int:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from stream_ndcg.state.compact_format import encode_row
-from stream_ndcg.state.shard_format import bucket_rows, rows_of, shard_of
+from stream_ndcg.state.shard_format import bucket_rows, encode_row, rows_of, shard_of
 
 
 def test_a_row_in_pieces_reads_whole_and_pieces_past_its_count_are_left_out() -> None:
