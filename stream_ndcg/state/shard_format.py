@@ -1,9 +1,10 @@
-"""The stored form of drill-down rows since state format 8: each bucket's rows in listpack-sized shards.
+"""The stored form of drill-down rows: their text, and since state format 8 each bucket's shards.
 
-Format 7 kept a partition's rows of one bucket in one hash, ``<segment>\\x1f<query>`` -> the row's
-values (`compact_format.encode_row`): hundreds of rows, most values over 64 bytes, so a hashtable
-(about 60 bytes of dict entry and headers a row). Format 8 keeps them in shards the commit script
-names and grows (`redis_scripts.SHARDED_ROWS`):
+A row's text is its sums as `compact_format.numbers_text` writes them (`encode_row`; format 8's
+with repeats, `encode_row_8`); `decode_row` reads those and format 6's. Format 7 kept a
+partition's rows of one bucket in one hash, ``<segment>\\x1f<query>`` -> the row's text: hundreds
+of rows, most texts over 64 bytes, so a hashtable (about 60 bytes of dict entry and headers a row).
+Format 8 keeps them in shards the commit script names and grows (`redis_scripts.SHARDED_ROWS`):
 
     {ns:P}:rowdir:<bucket>        HASH  n: the shard count (a power of two), c: the fields the shards
                                         hold, k: the segments interned, <segment> -> its index
