@@ -145,8 +145,8 @@ end
 # prefix..<slot>:<i>, id -> its bucket less the slot's first.
 SHARDED_IDS = """
 local function remember_ids(dir, prefix, span, ttl, ids)
-  redis.call('HSETNX', dir, 'span', span)
-  span = tonumber(redis.call('HGET', dir, 'span'))
+  local held_span = redis.call('HGET', dir, 'span')
+  if held_span then span = tonumber(held_span) else redis.call('HSET', dir, 'span', span) end
   local slots = {}
   for i = 1, #ids, 2 do
     local bucket = tonumber(ids[i])
