@@ -117,7 +117,7 @@ def main() -> int:
                                                      for kind, used in sorted(memory.items())},
                             "total_bytes_per_impression": round(sum(memory.values()) / impressions, 1),
                             "drilldown_bytes_per_impression": round(
-                                (memory.get("rows", 0) + memory.get("rowlog", 0)) / impressions, 1)}
+                                sum(memory.get(kind, 0) for kind in ("rows", "rowdir", "rowlog")) / impressions, 1)}
         print(json.dumps(result["memory"]), file=sys.stderr)
 
         # The drill-down's reader as `stream-ndcg run` builds it, on a store of its own.

@@ -34,7 +34,9 @@ def held_bytes(messages: list[bytes], settings: Settings) -> dict[str, Any]:
     label = format_duration(settings.dedup_horizon)
     label += " (the horizon)" if settings.dedup_horizon == settings.horizon else ""
     return {"dedup_horizon": label, "impressions": impressions,
-            "imp_bytes_per_impression": round(kinds.get("imp", 0) / impressions, 1),
+            # Format 7's sorted set, or format 8's shards and their directory.
+            "imp_bytes_per_impression": round(sum(kinds.get(kind, 0) for kind in ("imp", "ids", "iddir"))
+                                              / impressions, 1),
             "total_bytes_per_impression": round(sum(kinds.values()) / impressions, 1)}
 
 

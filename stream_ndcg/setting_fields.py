@@ -123,11 +123,12 @@ class Declared:
         20_000, "query states kept in memory (LRU across all partitions), so that hot queries are not read back "
         "from Redis every batch, bounded by their groups (one query's impressions in one time bucket and "
         "segment, ~3-10 KiB each); bounds the service's memory (0: none)", values.integer(0), metavar="N")
-    # The formats `state.format` writes (its FORMAT_VERSION, and the one before for a rollback).
+    # The formats `state.format` writes (its FORMAT_VERSION, and the ones before for a rollback).
     state_format: int = setting(
-        7, "the Redis state format written: 7 (a query's groups in a compact hash of their own), or 6 for one "
-        "release, so that the state can still be handed back to the previous release (a rollback); an instance "
-        "set to 6 refuses state another already wrote in 7", values.integer(6, 7), metavar="N")
+        8, "the Redis state format written: 8 (drill-down rows and impression ids in listpack-sized hashes), or 7 "
+        "for one release, so that the state can still be handed back to the previous release (a rollback; 6 for "
+        "the release before it); an instance set to an earlier format refuses state another already wrote in a "
+        "later one", values.integer(6, 8), metavar="N")
     k: tuple[int, ...] = setting(DEFAULT_CUTOFFS, "cut-offs, comma-separated", values.cutoffs, metavar="K,...")
     gain: str = setting(DEFAULT_GAIN, "gain formula: exponential 2^grade - 1, or linear grade",
                         values.choice(*GAINS), metavar="GAIN", choices=GAINS)

@@ -17,7 +17,7 @@ the judgment TTL). Its fields are short enough for Redis to keep a query of the 
                            character each below 93 (`position`), '!<index>!' from there on
 
 Drill-down rows keep format 6's place and form (`state.format`), their long sums dense as a
-group's are (`encode_row`); `decode_row` reads both.
+group's are (`state.shard_format.encode_row`, which format 8 shards).
 
 A group's ranks are not stored: they are its lists' first occurrences (`Group.add_list`), each
 list being cut at the measure's depth already. A group's lists are written when they change, its
@@ -43,9 +43,7 @@ import orjson
 
 from stream_ndcg.metric import first_occurrences
 from stream_ndcg.query_state import Group, QueryState
-from stream_ndcg.rows import Row
 from stream_ndcg.state.format import credited_layout, sums_in_stored_order, whole_numbers_short
-from stream_ndcg.state.format import decode_row as format_6_row
 
 # The longest value and field name kept in a listpack by a server's defaults.
 PIECE = 64
@@ -76,46 +74,52 @@ def positions_of(text: str) -> list[int]:
     return indices
 
 
-def numbers_text(values: list[float]) -> str:
+def numbers_text(values: list[float], repeats: bool = False) -> str:
     """Sums, comma-separated, each as its shortest text ('2' for 2.0, '' for 0) or, when that is
     longer than 12 characters, as a quote; then, after '|', the long ones' doubles in base 64:
-    read back, the same doubles. orjson writes the shortest texts, in C."""
+    read back, the same doubles. orjson writes the shortest texts, in C. With `repeats` (format 8)
+    a long sum equal to one before it has no bytes of its own: '"' when it is the last one written,
+    '"<n>' the n-th (a row's exposure and unjudged part are one number while none is judged, a
+    group's figures at 10 those at 5 while nothing below 5 is judged); the base 64 is unpadded."""
     # Most sums of a group of the tail are 0 (-0.0 comes back as 0.0, which no sum tells apart).
     parts = [_SHORTER.get(part, part) for part in
              whole_numbers_short(orjson.dumps(values)).decode()[1:-1].split(",")]
     long = [i for i, part in enumerate(parts) if len(part) > _DENSEST]
     if not long:
         return ",".join(parts)
+    dense: list[float] = []
+    written: dict[float, int] = {}
     for i in long:
-        parts[i] = "'"
-    return ",".join(parts) + "|" + base64.b64encode(struct.pack(f"<{len(long)}d", *[values[i] for i in long])).decode()
+        at = written.get(values[i]) if repeats else None
+        if at is None:
+            parts[i] = "'"
+            written.setdefault(values[i], len(dense))
+            dense.append(values[i])
+        else:
+            parts[i] = '"' if values[i] == dense[-1] else f'"{at}'
+    blob = base64.b64encode(struct.pack(f"<{len(dense)}d", *dense)).decode()
+    return ",".join(parts) + "|" + (blob.rstrip("=") if repeats else blob)
 
 
 def numbers_of(text: str) -> list[float]:
-    """The sums `numbers_text` wrote."""
+    """The sums `numbers_text` wrote (with `repeats` or without)."""
     head, _, blob = text.partition("|")
     parts = head.split(",")
     if not blob:
         return [float(part) if part else 0.0 for part in parts]
-    raw = base64.b64decode(blob)
-    dense = iter(struct.unpack(f"<{len(raw) // 8}d", raw))
-    return [next(dense) if part == "'" else float(part) if part else 0.0 for part in parts]
+    raw = base64.b64decode(blob + "=" * (-len(blob) % 4))
+    dense = struct.unpack(f"<{len(raw) // 8}d", raw)
+    numbers: list[float] = []
+    read = 0
+    for part in parts:
+        if part == "'":
+            read += 1
+        numbers.append(dense[read - 1] if part in ("'", '"') else dense[int(part[1:])] if part[:1] == '"'
+                       else float(part) if part else 0.0)
+    return numbers
 
 
-def encode_row(row: Row) -> str:
-    """A drill-down row as format 7 writes it (`state.format` names its values): `numbers_text`."""
-    return numbers_text(list(row))
-
-
-def decode_row(raw: bytes | str) -> Row:
-    """A row of any format: one without a dense or empty number in C, as format 6 reads it."""
-    data = raw if isinstance(raw, bytes) else raw.encode()
-    if data and b"|" not in data and b",," not in data and data[:1] != b"," and data[-1:] != b",":
-        return format_6_row(data)
-    return tuple(numbers_of(data.decode()))
-
-
-def credited_text(group: Group) -> str:
+def credited_text(group: Group, repeats: bool = False) -> str:
     """impressions, then the credited sums: `[cut-offs joined by '/'], then the sums in their
     stored order (`state.format`), or a JSON object for any other set of sums."""
     layout = credited_layout(tuple(group.credited))
@@ -123,7 +127,8 @@ def credited_text(group: Group) -> str:
         return f"{group.impressions},{orjson.dumps(group.credited).decode()}"
     cutoffs, names = layout
     credited = group.credited
-    return f"{group.impressions},{'/'.join(map(str, cutoffs))},{numbers_text([credited[name] for name in names])}"
+    sums = numbers_text([credited[name] for name in names], repeats)
+    return f"{group.impressions},{'/'.join(map(str, cutoffs))},{sums}"
 
 
 def credited_of(text: str) -> tuple[int, dict[str, float]]:
@@ -285,7 +290,8 @@ class CompactWrite:
 
 
 def compact_changes(state: QueryState, dirty: Iterable[tuple[int, str]], removed: Iterable[tuple[int, str]],
-                    changed_lists: Mapping[tuple[int, str], Iterable[tuple[str, ...]]]) -> CompactWrite:
+                    changed_lists: Mapping[tuple[int, str], Iterable[tuple[str, ...]]],
+                    repeats: bool = False) -> CompactWrite:
     """What to write for the `dirty` groups (each with all its lists: `whole_lists`), the
     `removed` ones and, per group, the lists the batch showed."""
     interned = _TABLES.get(state)
@@ -327,7 +333,7 @@ def compact_changes(state: QueryState, dirty: Iterable[tuple[int, str]], removed
     for key in keys:
         group = state.groups[key]
         name = f"{key[0]}.{interned.segment_index[key[1]]}"
-        written += _value_fields(interned, name, credited_text(group), gone)
+        written += _value_fields(interned, name, credited_text(group, repeats), gone)
         whole = interned.stored.get(key) is not group
         interned.stored[key] = group
         for ranked in (group.lists if whole else changed_lists.get(key, ())):

@@ -41,22 +41,24 @@ of one group; rows arrived with format version 1 and are optional: state
 written before them has none, and the drill-down sees its groups once they
 are re-credited).
 
-`FORMAT_VERSION` numbers this layout. A store records it with the state and
-refuses state recorded with a version it cannot read (`check_format`): this one
-reads 1 (JSON list fields; state recorded before the number existed is version
-1), 2 (lists as positions), 3 (groups by position), 4 (judgment events with their
-source), 5 (sums of squares), 6 (experiments' cells) and 7 (groups in a compact hash), and
-records the one it writes: 7, or 6 when `state_format` says so (`check_written_format`). Releases
-that read only 1 to 5 refuse 6: they would commit without the experiments' changes. A group of formats 1 to 4 has no
-squares: the engine adds them when it re-credits the group (the store gives a group of the pool
-ideal its lists from the bucket's on load, `RedisStore.load`), and until then the `moments` sum
-counts its impressions out. State of format 5 needs nothing converted: an experiment's cells start
-empty, and each partition counts from the bucket after its clock at its first commit with the
-experiment (`state.base`), so no group of the old state is counted in part.
+`FORMAT_VERSION` numbers this layout. A store records it with the state and refuses state
+recorded with a version it cannot read (`check_format`): this one reads 1 (JSON list fields; state
+recorded before the number existed is version 1), 2 (lists as positions), 3 (groups by position),
+4 (judgment events with their source), 5 (sums of squares), 6 (experiments' cells), 7 (groups in a
+compact hash) and 8 (rows and impression ids in sharded hashes), and records the one it writes: 8,
+or 7 (or 6) when `state_format` says so (`check_written_format`). Releases that read only 1 to 5
+refuse 6: they would commit without the experiments' changes; those that read up to 7 refuse 8. A
+group of formats 1 to 4 has no squares: the engine adds them when it re-credits the group (the
+store gives a group of the pool ideal its lists from the bucket's on load, `RedisStore.load`), and
+until then the `moments` sum counts its impressions out. State of format 5 needs nothing
+converted: an experiment's cells start empty, and each partition counts from the bucket after its
+clock at its first commit with the experiment (`state.base`), so no group of the old state is
+counted in part.
 
 An experiment's cells (format 6) of one partition are a hash: `state.experiment_format`. Since
-format 7 a query's groups are a hash of their own (`state.compact_format`); one of an earlier
-format moves there when it changes.
+format 7 a query's groups are a hash of their own (`state.compact_format`), where one of an earlier
+format moves when it changes; since format 8 the drill-down rows and the impression ids are hashes
+sharded by a hash of the query or the id (`state.shard_format`), where a row moves when written.
 """
 
 from __future__ import annotations
@@ -85,11 +87,11 @@ from stream_ndcg.vocabulary import (
 )
 
 # Bump it with any change to the layout above, and teach the stores to read the old one or to refuse it.
-FORMAT_VERSION = 7
-# What this release reads; it records the one it writes (`state_format`: 7, or 6 for a rollback) over
-# any of them. What each added: 1 the first layout; 2 lists as positions; 3 groups by position; 4
-# judgment events with their source; 5 sums of squares; 6 experiments' cells; 7 compact groups.
-READABLE_FORMATS = ("1", "2", "3", "4", "5", "6", "7")
+FORMAT_VERSION = 8
+# What this release reads; it records the one it writes (`state_format`) over any of them. Each
+# added: 1 the first layout; 2 lists as positions; 3 groups by position; 4 judgment events with their
+# source; 5 sums of squares; 6 experiments' cells; 7 compact groups; 8 sharded rows and impression ids.
+READABLE_FORMATS = ("1", "2", "3", "4", "5", "6", "7", "8")
 
 
 def check_format(found: str | None) -> None:

@@ -7,7 +7,8 @@ increments, counts, the clock and the next offset, all or nothing.
 
 The same code runs on one server and on a Redis Cluster (``connect(...,
 cluster=True)``): every script names all its keys and they share one slot, the
-two global sets are single-key commands, and scripts go as EVAL, which the
+two global sets are single-key commands (format 8's shards, which the script names itself, are
+in the partition's slot too), and scripts go as EVAL, which the
 cluster pipeline routes by key (it refuses EVALSHA) and which no node can
 answer with NOSCRIPT after a restart or failover.
 
@@ -38,11 +39,11 @@ from stream_ndcg import reconfigure
 from stream_ndcg.engine import QueryChange
 from stream_ndcg.errors import ConfigError, FencedError, StoreUnavailable
 from stream_ndcg.query_state import QueryState
-from stream_ndcg.state import compact_format, experiment_format
+from stream_ndcg.state import compact_format, experiment_format, shard_format
 from stream_ndcg.state import format as state_format
 from stream_ndcg.state.base import Commit, CommitInFlight, Snapshot
 from stream_ndcg.state.redis_reads import Client, RedisReads, text
-from stream_ndcg.state.redis_scripts import ADMIT, ADOPT, COMMIT, ROW_LOG_MS
+from stream_ndcg.state.redis_scripts import ADMIT, ADOPT, COMMIT, ROW_LOG_MS, SEEN_IDS
 from stream_ndcg.windows import bucket_ttl_ms, oldest_kept_bucket
 
 logger = logging.getLogger(__name__)
@@ -121,7 +122,10 @@ class RedisStore(RedisReads):
                 pipe.hgetall(self._key(partition, "q", query_id))
                 pipe.hgetall(self._key(partition, "g", query_id))
             if ids:
+                # Format 7's sorted set, then format 8's shards (either may hold ids of the dedup horizon).
                 pipe.zmscore(self._key(partition, "imp"), ids)
+                pipe.execute_command("EVAL", SEEN_IDS, 1, self._key(partition, "iddir"),
+                                     self._key(partition, "ids", ""), *ids)
             pipe.hget(self._key(partition, "meta"), "clock")
             replies = pipe.execute()
         decoded: dict[str, QueryState] = {}
@@ -133,8 +137,11 @@ class RedisStore(RedisReads):
                     compact_format.groups_from_fields(state, compact)
         self._complete_lists(partition, decoded)
         states.update(decoded)
-        known = {i: int(score) for i, score in zip(ids, replies[2 * len(queries)], strict=True)
-                 if score is not None} if ids else {}
+        known: dict[str, int] = {}
+        if ids:
+            for i, scored, sharded in zip(ids, replies[2 * len(queries)], replies[2 * len(queries) + 1], strict=True):
+                if scored is not None or sharded is not None:
+                    known[i] = max(int(found) for found in (scored, sharded) if found is not None)
         clock = replies[-1]
         return Snapshot(states, known, int(clock) if clock is not None else None)
 
@@ -198,7 +205,7 @@ class RedisStore(RedisReads):
         """The commit script's keys and payload, and the TTL it gives each query state."""
         partition, outcome = commit.partition, commit.outcome
         keys = [self._key(partition, name) for name in ("epoch", "meta", "counts", "aggidx", "imp", "rowlog", "reader",
-                                                              "aggchg")]
+                                                              "aggchg", "iddir")]
 
         def index(key: str) -> int:
             keys.append(key)
@@ -233,7 +240,8 @@ class RedisStore(RedisReads):
                                                 if grouped_only else self.state_ttl_ms)
             states.append([index(self._key(partition, "q", query_id)), state_ttl, written, removed, appended])
             if self.write_format >= 7:
-                write = compact_format.compact_changes(state, compact, query_change.removed, shown.get(query_id, {}))
+                write = compact_format.compact_changes(state, compact, query_change.removed, shown.get(query_id, {}),
+                                                       repeats=self.write_format >= 8)
                 # The groups expire with the newest of them: the horizon's TTL of its bucket. The
                 # cached state is trusted no longer, written now or not: it knows what the hash holds.
                 groups_ttl = ttl(max(b for b, _ in state.groups)) if state.groups else state_ttl
@@ -247,12 +255,22 @@ class RedisStore(RedisReads):
                  for (q, b), fields in state_format.list_increments(outcome, compacted).items()]
         impressions = [item for impression_id, bucket in outcome.impression_buckets.items()
                        for item in (str(bucket), impression_id)]
+        # Format 8 keeps them in the sharded hashes, format 7 in the sorted set.
+        ids, impressions = (impressions, []) if self.write_format >= 8 else ([], impressions)
         aggs = [[index(self._key(partition, "agg", b)), ttl(b), str(b), fields]
                 for b, fields in state_format.aggregate_increments(outcome).items()]
         # The script logs the rows itself while a reader holds the lease: they cross the network once.
-        rows = [[index(self._key(partition, "rows", b)), ttl(b), fields, b]
-                for b, fields in state_format.row_writes(
-                    outcome, compact_format.encode_row if self.write_format >= 7 else state_format.encode_row).items()]
+        row_writes = state_format.row_writes(
+            outcome, shard_format.encode_row_8 if self.write_format >= 8
+            else shard_format.encode_row if self.write_format >= 7 else state_format.encode_row)
+        if self.write_format >= 8:
+            # Format 8's shards, named by the script from their prefix (in the partition's slot),
+            # under the bucket's directory; the bucket's format 7 hash loses the rows written.
+            rows = [[index(self._key(partition, "rowdir", b)), ttl(b), fields, b,
+                     index(self._key(partition, "rows", b)), self._key(partition, "rows", b, "")]
+                    for b, fields in row_writes.items()]
+        else:
+            rows = [[index(self._key(partition, "rows", b)), ttl(b), fields, b] for b, fields in row_writes.items()]
         prune = str(oldest_kept_bucket(now, self.horizon_ms, self.bucket_ms)) if now is not None else None
         forget = str(oldest_kept_bucket(now, self.dedup_horizon_ms, self.bucket_ms)) if now is not None else None
         # Before the clock moves: a partition marks an experiment's first bucket by the clock it had.
@@ -260,6 +278,7 @@ class RedisStore(RedisReads):
                 for name, first_bucket, increments in experiment_format.cell_increments(commit.experiments)]
         payload = {
             "states": states, "lists": lists, "impressions": impressions, "aggs": aggs, "rows": rows,
+            "ids": ids, "id_prefix": self._key(partition, "ids", ""), "id_span": self._id_slot_buckets(),
             "exps": exps, "bucket_ms": self.bucket_ms,
             "row_log_ms": ROW_LOG_MS,
             "counts": [[name, n] for name, n in outcome.counts.items()],
@@ -270,6 +289,11 @@ class RedisStore(RedisReads):
             "forget": forget,
         }
         return keys, orjson.dumps(payload).decode(), state_ttls
+
+    def _id_slot_buckets(self) -> int:
+        """The buckets of one slot of impression ids (format 8): a quarter of the dedup horizon, so
+        that the ids held past it are at most a quarter more, and a lookup reads about five slots."""
+        return max(1, -(-self.dedup_horizon_ms // self.bucket_ms) // 4)
 
     def _compact_groups(self, state: QueryState, change: QueryChange) -> set[tuple[int, str]]:
         """The batch's changed groups written to the query's compact hash (format 7): those whose

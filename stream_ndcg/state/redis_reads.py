@@ -7,6 +7,7 @@ layout is `state.redis_scripts`'s docstring.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -22,7 +23,7 @@ from redis.exceptions import MovedError, RedisClusterException, RedisError
 from redis.sentinel import Sentinel
 
 from stream_ndcg.errors import StoreUnavailable
-from stream_ndcg.state import compact_format, experiment_format
+from stream_ndcg.state import compact_format, experiment_format, shard_format
 from stream_ndcg.state import format as state_format
 from stream_ndcg.state.base import ExperimentRead, RowRead
 from stream_ndcg.state.cache import StateCache
@@ -229,7 +230,7 @@ class RedisReads(RedisClient):
             # Every entry since the cursor, none missing, up to the count read first.
             if (numbers == list(range(int(seen) + 1, int(seen) + 1 + len(numbers)))
                     and (numbers[-1] if numbers else int(seen)) >= int(written or 0)):
-                rows = [(bucket, *state_format.decode_row_field(field), compact_format.decode_row(value))
+                rows = [(bucket, *state_format.decode_row_field(field), shard_format.decode_row(value))
                         for _, values in entries for bucket, field, value in orjson.loads(values[b"r"])]
                 return RowRead(_log_cursor(entries[-1]) if entries else cursor, False, rows)
         with self._round_trip("row read"):
@@ -241,12 +242,7 @@ class RedisReads(RedisClient):
             pipe.xrevrange(log, count=1)
             _, written, last = pipe.execute()
             buckets: list[Any] = list(self.client.zrangebyscore(self._key(partition, "aggidx"), since_bucket, "+inf"))
-            pipe = self.client.pipeline(transaction=False)
-            for bucket in buckets:
-                pipe.hgetall(self._key(partition, "rows", int(bucket)))
-            replies = pipe.execute()
-        rows = [(int(bucket), *state_format.decode_row_field(field), compact_format.decode_row(value))
-                for bucket, held in zip(buckets, replies, strict=True) for field, value in held.items()]
+            rows = shard_format.read_buckets(self.client, functools.partial(self._key, partition), map(int, buckets))
         newest = last[0] if last else None
         cursor = (_log_cursor(newest) if newest is not None and int(newest[1][b"n"]) >= int(written or 0)
                   else f"{text(newest[0]) if newest is not None else '0-0'}/{int(written or 0)}")

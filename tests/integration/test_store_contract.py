@@ -27,8 +27,8 @@ pytestmark = pytest.mark.redis
 
 
 class TestRedisStore(StoreContract):
-    # redis-format-6: as an instance told to write the previous format (`state_format`) writes.
-    @pytest.fixture(params=["redis-cold", "redis-cached", "redis-cluster", "redis-format-6"])
+    # redis-format-7 (and 6): as an instance told to write a previous format (`state_format`) writes.
+    @pytest.fixture(params=["redis-cold", "redis-cached", "redis-cluster", "redis-format-7", "redis-format-6"])
     def store(self, request: pytest.FixtureRequest) -> Iterator[StateStore]:
         cluster = request.param == "redis-cluster"
         server = request.getfixturevalue("redis_cluster" if cluster else "redis_server")
@@ -37,7 +37,8 @@ class TestRedisStore(StoreContract):
         cache_groups = 1000 if request.param == "redis-cached" else 0
         yield RedisStore(client, namespace=f"c-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
                          state_ttl_ms=HORIZON, dedup_horizon_ms=DEDUP_HORIZON, wall_clock=False,
-                         cache_groups=cache_groups, write_format=6 if request.param == "redis-format-6" else 7)
+                         cache_groups=cache_groups,
+                         write_format=int(request.param[-1]) if "format" in request.param else 8)
         client.close()
 
 
@@ -132,38 +133,38 @@ def test_state_in_a_later_format_is_refused_and_earlier_state_is_recorded_as_tod
     config, key = {"k": [3, 10]}, f"{{{namespace}}}:format"
     today = str(state_format.FORMAT_VERSION).encode()
     assert store.adopt(config) is False
-    assert raw.get(key) == today == b"7"
+    assert raw.get(key) == today == b"8"
     # As the releases before the version was recorded left it (0.1.0 among them), as the first ones
     # that recorded it did, as the release before the compact groups did, as the one before
     # judgment sources did, as the one before the sums of squares did, as the one before the
-    # experiments' cells did, and as the one before the groups' own hash did: read, and recorded
-    # as today's.
-    for earlier in (None, "1", "2", "3", "4", "5", "6"):
+    # experiments' cells did, as the one before the groups' own hash did, and as the one before
+    # the sharded rows and ids did: read, and recorded as today's.
+    for earlier in (None, "1", "2", "3", "4", "5", "6", "7"):
         if earlier is None:
             raw.delete(key)
         else:
             raw.set(key, earlier)
         assert store.adopt(config) is False
         assert raw.get(key) == today
-    raw.set(key, "8")
-    with pytest.raises(ConfigError, match="format version '8'"):
+    raw.set(key, "9")
+    with pytest.raises(ConfigError, match="format version '9'"):
         store.adopt(config, rebuild=True)
-    assert raw.get(key) == b"8"
+    assert raw.get(key) == b"9"
     # Told to write the previous format (for a release that must stay possible to roll back), it
     # records that one over it or an earlier one, and refuses state already written in today's.
     previous = RedisStore(client, namespace=namespace, bucket_ms=BUCKET, horizon_ms=HORIZON, state_ttl_ms=HORIZON,
-                          write_format=6)
-    for earlier in (None, "5", "6"):
+                          write_format=7)
+    for earlier in (None, "5", "6", "7"):
         if earlier is None:
             raw.delete(key)
         else:
             raw.set(key, earlier)
         assert previous.adopt(config) is False
-        assert raw.get(key) == b"6"
-    raw.set(key, "7")
-    with pytest.raises(ConfigError, match="set to write version 6"):
+        assert raw.get(key) == b"7"
+    raw.set(key, "8")
+    with pytest.raises(ConfigError, match="set to write version 7"):
         previous.adopt(config)
-    assert raw.get(key) == b"7"
+    assert raw.get(key) == b"8"
     client.close()
     raw.close()
 

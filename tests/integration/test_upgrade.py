@@ -1,7 +1,7 @@
 """An upgrade without a cliff: state built by release 0.1.0, or by the last commit that wrote state
-format 3, 4, 5 or 6, stopped mid-stream, is continued by the working tree, and the numbers equal the
-replay of the whole stream to 1e-9; and a rollback: state the working tree wrote told to write
-format 6 is continued by the last commit that wrote it, with the same numbers."""
+format 3, 4, 5, 6 or 7, stopped mid-stream, is continued by the working tree, and the numbers equal
+the replay of the whole stream to 1e-9; and a rollback: state the working tree wrote told to write
+format 7 (or 6) is continued by the last commit that wrote it, with the same numbers."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import pytest
 
 from stream_ndcg.config import Settings
 from stream_ndcg.devtools.servers import KafkaBroker
+from stream_ndcg.events import Impression, parse_event
 from stream_ndcg.metric import Measure
 from stream_ndcg.offline.replay import Replay
 from tests.support.replay import (
@@ -45,6 +46,8 @@ FORMAT_4 = "5446c1c7fb40094b1c6418e6e5e81d037227207d"
 FORMAT_5 = "5d6871ee9e93c696b3a07dea268f9381664e8620"
 # The last commit that wrote state format 6 (before the compact groups, #30).
 FORMAT_6 = "c9258eb7873a0ee527cd61e325e535e66aa934c8"
+# The last commit that wrote state format 7 (before the sharded rows and impression ids, #30).
+FORMAT_7 = "4ecc83059b9732541e810f14b0d9414408713aaf"
 
 
 def release_0_1_0(into: Path) -> Path:
@@ -90,54 +93,46 @@ def test_state_of_release_0_1_0_is_continued_exactly(
     assert new.stop() == 0
 
 
+def first_then_second(first: str | None, second: str | None, kafka: KafkaBroker, service_env: dict[str, str],
+                      services: list[Service], tmp_path: Path, before: list[tuple[bytes, bytes]],
+                      after: list[tuple[bytes, bytes]], settings: dict[str, str] | None = None,
+                      first_settings: dict[str, str] | None = None,
+                      second_settings: dict[str, str] | None = None) -> tuple[Service, Samples]:
+    """One service takes in `before` and stops; a second goes on with `after` on the same Redis and
+    topic, both with `settings`, each with its own added. Each is the package of a commit, or the
+    working tree (None): an upgrade is an old commit first, a rollback the working tree first.
+    The second service, running, and its samples once it has taken in every message."""
+    topic = create_topic(kafka.bootstrap, partitions=2)
+    env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_BATCH_SIZE="200",
+               **(settings or {}))
+    ran: list[Service] = []
+    for n, (commit, own) in enumerate(((first, first_settings), (second, second_settings))):
+        home = tmp_path / f"service-{n}"
+        home.mkdir()
+        if commit is None:
+            ran.append(Service({**env, **(own or {})}, home))
+        else:
+            code = package_of(commit, tmp_path / f"code-{commit[:8]}")
+            # -P: the repository (the working directory) must not come before PYTHONPATH on sys.path.
+            ran.append(Service({**env, **(own or {}), "PYTHONPATH": str(code)}, home, python=(sys.executable, "-P")))
+    services.extend(ran)
+    first_service, second_service = ran
+    first_service.start()
+    send_paced(kafka.bootstrap, topic, before, 2_000.0).join()
+    wait_for_messages(first_service, len(before))
+    assert first_service.stop() == 0
+    second_service.start()
+    send_paced(kafka.bootstrap, topic, after, 2_000.0).join()
+    return second_service, wait_for_messages(second_service, len(before) + len(after))
+
+
 def old_then_new(commit: str, kafka: KafkaBroker, service_env: dict[str, str], services: list[Service],
                  tmp_path: Path, before: list[tuple[bytes, bytes]], after: list[tuple[bytes, bytes]],
                  settings: dict[str, str] | None = None,
                  new_settings: dict[str, str] | None = None) -> tuple[Service, Samples]:
-    """The package of `commit` takes in `before` and stops; the working tree (with `new_settings`
-    added to its environment) goes on with `after` on the same Redis and topic, both with
-    `settings`: the new service, running, and its samples once it has taken in every message."""
-    old_code = package_of(commit, tmp_path / f"old-{commit[:8]}")
-    topic = create_topic(kafka.bootstrap, partitions=2)
-    env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_BATCH_SIZE="200",
-               **(settings or {}))
-    # -P: the repository (the working directory) must not come before PYTHONPATH on sys.path.
-    old = Service({**env, "PYTHONPATH": str(old_code)}, tmp_path / "old", python=(sys.executable, "-P"))
-    new = Service({**env, **(new_settings or {})}, tmp_path / "new")
-    (tmp_path / "old").mkdir()
-    (tmp_path / "new").mkdir()
-    services.extend([old, new])
-
-    old.start()
-    send_paced(kafka.bootstrap, topic, before, 2_000.0).join()
-    wait_for_messages(old, len(before))
-    assert old.stop() == 0
-    new.start()
-    send_paced(kafka.bootstrap, topic, after, 2_000.0).join()
-    return new, wait_for_messages(new, len(before) + len(after))
-
-
-def new_then_old(commit: str, kafka: KafkaBroker, service_env: dict[str, str], services: list[Service],
-                 tmp_path: Path, before: list[tuple[bytes, bytes]], after: list[tuple[bytes, bytes]],
-                 new_settings: dict[str, str]) -> tuple[Service, Samples]:
-    """`old_then_new` the other way round (a rollback): the working tree, with `new_settings`,
-    takes in `before` and stops; the package of `commit` goes on with `after`."""
-    old_code = package_of(commit, tmp_path / f"old-{commit[:8]}")
-    topic = create_topic(kafka.bootstrap, partitions=2)
-    env = dict(service_env, STREAM_NDCG_TOPICS=topic, STREAM_NDCG_WINDOWS="1d", STREAM_NDCG_BATCH_SIZE="200")
-    new = Service({**env, **new_settings}, tmp_path / "new")
-    old = Service({**env, "PYTHONPATH": str(old_code)}, tmp_path / "old", python=(sys.executable, "-P"))
-    (tmp_path / "old").mkdir()
-    (tmp_path / "new").mkdir()
-    services.extend([new, old])
-
-    new.start()
-    send_paced(kafka.bootstrap, topic, before, 2_000.0).join()
-    wait_for_messages(new, len(before))
-    assert new.stop() == 0
-    old.start()
-    send_paced(kafka.bootstrap, topic, after, 2_000.0).join()
-    return old, wait_for_messages(old, len(before) + len(after))
+    """An upgrade: the package of `commit` first, the working tree (with `new_settings`) second."""
+    return first_then_second(commit, None, kafka, service_env, services, tmp_path, before, after, settings,
+                             second_settings=new_settings)
 
 
 def from_other_sources(messages: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -251,7 +246,33 @@ def test_state_written_in_format_6_when_told_to_is_continued_by_the_release_befo
     release that wrote format 6, which reads it and goes on; the figures equal the replay's."""
     messages = simulated(8_000, seed=61)
     before, after = messages[:4_000], messages[4_000:]
-    old, samples = new_then_old(FORMAT_6, kafka, service_env, services, tmp_path, before, after,
-                                {"STREAM_NDCG_STATE_FORMAT": "6"})
+    old, samples = first_then_second(None, FORMAT_6, kafka, service_env, services, tmp_path, before, after,
+                                     first_settings={"STREAM_NDCG_STATE_FORMAT": "6"})
+    assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == compared_gauges()
+    assert old.stop() == 0
+
+
+def test_state_of_format_7_is_continued_in_format_8_its_ids_kept_and_its_figures_equal_the_replays(
+        kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
+    messages = simulated(8_000, seed=67)
+    before, after = messages[:4_000], messages[4_000:]
+    # Every second impression of the first half sent again after it: format 7's ids make them
+    # duplicates (but the malformed ones, which no id made it into the state with).
+    resent = [(key, value) for key, value in before if isinstance(parse_event(value), Impression)][::2]
+    new, samples = old_then_new(FORMAT_7, kafka, service_env, services, tmp_path, before, resent + after)
+    assert expect_equal_to_replay(samples, replay_of(before + resent + after), "1d", CUTOFFS) == compared_gauges()
+    assert sum(value for (name, labels), value in samples.items() if name == "stream_ndcg_events_duplicate_total"
+               and ("type", "impression") in labels) == len(resent)
+    assert new.stop() == 0
+
+
+def test_state_written_in_format_7_when_told_to_is_continued_by_the_release_before_format_8(
+        kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
+    """The rollback: the working tree with state_format = 7 hands its state back to the last
+    release that wrote format 7, which reads it and goes on; the figures equal the replay's."""
+    messages = simulated(8_000, seed=71)
+    before, after = messages[:4_000], messages[4_000:]
+    old, samples = first_then_second(None, FORMAT_7, kafka, service_env, services, tmp_path, before, after,
+                                     first_settings={"STREAM_NDCG_STATE_FORMAT": "7"})
     assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == compared_gauges()
     assert old.stop() == 0

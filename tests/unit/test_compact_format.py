@@ -13,7 +13,7 @@ from stream_ndcg.engine import Engine
 from stream_ndcg.events import parse_event
 from stream_ndcg.metric import Measure
 from stream_ndcg.query_state import Group, QueryState
-from stream_ndcg.state import compact_format
+from stream_ndcg.state import compact_format, shard_format
 from stream_ndcg.state import format as state_format
 from stream_ndcg.state.compact_format import (
     PIECE,
@@ -39,6 +39,20 @@ def test_sums_read_back_as_the_same_doubles_in_at_most_twelve_characters_each(va
     assert read == values
     # Signs too, but for zeros: -0.0 comes back as 0.0.
     assert [math.copysign(1, x) for x in read if x] == [math.copysign(1, x) for x in values if x]
+
+
+@given(st.lists(st.sampled_from([0.0, 1.0, 2.5, 0.1 + 0.2, 1 / 3, -1 / 7, 2.9485027221412834]), min_size=1,
+                max_size=20))
+def test_sums_with_repeats_read_back_and_a_long_sum_written_before_costs_no_bytes(values: list[float]) -> None:
+    text = numbers_text(values, repeats=True)
+    assert numbers_of(text) == values
+    head, _, blob = text.partition("|")
+    # One double per distinct long sum, and no padding; the others refer to the one written.
+    longs = [x for x in values if len(repr(x)) > 12]
+    distinct = len(set(longs))
+    assert head.split(",").count("'") == distinct
+    assert len(blob) == math.ceil(8 * distinct * 4 / 3) and "=" not in blob
+    assert sum(1 for part in head.split(",") if part.startswith('"')) == len(longs) - distinct
 
 
 @given(st.lists(st.integers(0, 5000), max_size=20))
@@ -129,9 +143,10 @@ def test_a_hash_whose_last_group_went_is_removed_whole() -> None:
 
 
 @given(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=22))
-def test_a_row_of_format_7_or_6_reads_back(values: list[float]) -> None:
+def test_a_row_of_format_8_7_or_6_reads_back(values: list[float]) -> None:
     row = tuple(values)
-    dense = compact_format.encode_row(row)
-    assert compact_format.decode_row(dense) == row == compact_format.decode_row(dense.encode())
-    assert compact_format.decode_row(state_format.encode_row(row)) == row
-    assert len(dense) <= len(state_format.encode_row(row))
+    dense = shard_format.encode_row(row)
+    assert shard_format.decode_row(dense) == row == shard_format.decode_row(dense.encode())
+    assert shard_format.decode_row(state_format.encode_row(row)) == row
+    assert shard_format.decode_row(shard_format.encode_row_8(row)) == row
+    assert len(shard_format.encode_row_8(row)) <= len(dense) <= len(state_format.encode_row(row))

@@ -202,15 +202,15 @@ def test_list_and_aggregate_fields_decode_to_what_was_encoded() -> None:
     assert float(state_format.encode_sum(0.1 + 0.2)) == 0.1 + 0.2
 
 
-@pytest.mark.parametrize("found", [None, "1", "2", "3", "4", "5", str(state_format.FORMAT_VERSION)])
+@pytest.mark.parametrize("found", [None, "1", "2", "3", "4", "5", "6", "7", str(state_format.FORMAT_VERSION)])
 def test_todays_format_the_previous_one_and_state_without_a_version_are_read(found: str | None) -> None:
     state_format.check_format(found)
 
 
-@pytest.mark.parametrize("found", ["8", "0", "v1", "", "1,2"])
+@pytest.mark.parametrize("found", ["9", "0", "v1", "", "1,2"])
 def test_another_format_is_refused_saying_what_was_found(found: str) -> None:
     with pytest.raises(ConfigError, match=f"format version {found!r}, and this release reads versions 1, 2, 3, 4, "
-                                          "5, 6 and 7 only"):
+                                          "5, 6, 7 and 8 only"):
         state_format.check_format(found)
 
 
@@ -220,11 +220,11 @@ def test_the_memory_store_records_the_format_and_refuses_another_rebuild_or_not(
     assert store.adopt({"k": [10]}) is False
     assert store.format_version == str(state_format.FORMAT_VERSION)
     # As if a later release had written the state.
-    store.format_version = "8"
+    store.format_version = "9"
     for rebuild in (False, True):
-        with pytest.raises(ConfigError, match="format version '8'"):
+        with pytest.raises(ConfigError, match="format version '9'"):
             store.adopt({"k": [10]}, rebuild=rebuild)
-    assert store.format_version == "8"
+    assert store.format_version == "9"
 
 
 def test_a_query_state_without_fields_is_empty() -> None:
