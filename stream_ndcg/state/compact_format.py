@@ -51,8 +51,9 @@ PIECE = 64
 _DIGITS = "".join(chr(c) for c in range(34, 127))
 _DIGIT = {digit: i for i, digit in enumerate(_DIGITS)}
 # A number whose shortest text is longer is written as a quote, and its 8 bytes at the end, with
-# those of the other long ones, in base 64 (about 11 characters a number, read back in C).
-_DENSEST = 12
+# those of the other long ones, in base 64 (about 11 characters a number, read back in C): a lone
+# one costs its quote, the '|' and 11 or 12 characters, so a text of 13 is never longer.
+_DENSEST = 13
 _SHORTER = {"0": "", "-0": ""}
 
 
@@ -76,7 +77,7 @@ def positions_of(text: str) -> list[int]:
 
 def numbers_text(values: list[float], repeats: bool = False) -> str:
     """Sums, comma-separated, each as its shortest text ('2' for 2.0, '' for 0) or, when that is
-    longer than 12 characters, as a quote; then, after '|', the long ones' doubles in base 64:
+    longer than 13 characters, as a quote; then, after '|', the long ones' doubles in base 64:
     read back, the same doubles. orjson writes the shortest texts, in C. With `repeats` (format 8)
     a long sum equal to one before it has no bytes of its own: '"' when it is the last one written,
     '"<n>' the n-th (a row's exposure and unjudged part are one number while none is judged, a
