@@ -10,6 +10,12 @@ scores all its lists once. Each sum of the squares (each rounded, as
 the replay's are) is kept exact, as a whole number of 2**-1074, so that what is taken out is
 what was put in and the sum is the same number however the lists came: rounded once, when
 asked for.
+
+What a list costs is most of what the squares cost (in the service's workload nearly every
+impression is a list of its own), so the common cases are cut short: a list that shows no judged
+document scores 0 without being scored, a grade that moves between none and a zero gain rescores
+nothing, and the exact squares of a list's DCGs are found once for all the lists that share them
+(`_SQUARES`: in a query with few judgments most lists score one of a few sums).
 """
 
 from __future__ import annotations
@@ -17,9 +23,10 @@ from __future__ import annotations
 import functools
 import math
 import operator
+from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence, Set
 from itertools import repeat
-from typing import cast
+from typing import NamedTuple, cast
 
 from stream_ndcg.metric import discount
 from stream_ndcg.vocabulary import dcg_squares_at
@@ -29,21 +36,61 @@ from stream_ndcg.window_sums import exact, rounded
 _GainOf = Callable[[str | None, float], float]
 
 
+class _Layout(NamedTuple):
+    """What scoring a list at some cut-offs needs, found once per cut-offs."""
+
+    cutoffs: tuple[int, ...]
+    # The discount of each rank from 1 to the deepest cut-off, and a zero gain for each.
+    discounts: tuple[float, ...]
+    zeros: tuple[float, ...]
+    # The DCGs of a list that shows no judged document.
+    unjudged: tuple[float, ...]
+    # The name of each sum of squares.
+    names: tuple[str, ...]
+
+
 @functools.cache
-def _discounts(depth: int) -> tuple[float, ...]:
-    return tuple(discount(rank) for rank in range(1, depth + 1))
+def _layout(cutoffs: tuple[int, ...]) -> _Layout:
+    depth = max(cutoffs)
+    return _Layout(cutoffs, tuple(discount(rank) for rank in range(1, depth + 1)), (0.0,) * depth,
+                   (0.0,) * len(cutoffs), tuple(dcg_squares_at(k) for k in cutoffs))
 
 
-def list_dcgs(ranked: Sequence[str], gains: Mapping[str, float], cutoffs: Sequence[int]) -> tuple[float, ...]:
-    """One list's DCG at each cut-off, as `metric.ListScorer` scores it (the interpreter's own
-    loops: a judgment rescores every list that shows its document)."""
-    top: Sequence[str | None] = ranked[:max(cutoffs)]
-    if len(set(top)) != len(top):
-        # A repeat counts only at its first rank.
-        top = [None if doc in top[:rank] else doc for rank, doc in enumerate(top)]
+def list_dcgs(top: Sequence[str | None], gains: Mapping[str, float], layout: _Layout) -> tuple[float, ...]:
+    """One list's DCG at each cut-off, as `metric.ListScorer` scores it, of its `top` ranks (to the
+    deepest cut-off, a repeat's later ranks None: `_top`). The interpreter's own loops: a judgment
+    rescores every list that shows its document. The sign of a zero is left as it comes: a DCG
+    here is only ever squared or compared."""
     gain_of = cast(_GainOf, gains.get)
-    terms = list(map(operator.mul, map(gain_of, top, repeat(0.0)), _discounts(len(top))))
-    return tuple(math.fsum(terms[:k]) or 0.0 for k in cutoffs)
+    terms = list(map(operator.mul, map(gain_of, top, layout.zeros), layout.discounts))
+    return tuple([math.fsum(terms[:k]) for k in layout.cutoffs])
+
+
+def _top(ranked: tuple[str, ...], depth: int) -> tuple[str | None, ...] | None:
+    """The ranks a list's DCGs read, if they are not the list itself: cut to `depth`, and a
+    document repeated counted at its first rank only (None at the others)."""
+    top = ranked[:depth]
+    if len(set(top)) == len(top):
+        return None if len(top) == len(ranked) else top
+    return tuple(None if doc in top[:rank] else doc for rank, doc in enumerate(top))
+
+
+# How many DCGs' squares `_SQUARES` holds at most: past it, it starts again (they are found again
+# as the lists that share them are scored).
+_SQUARES_HELD = 1 << 16
+
+
+class _Squares(dict[tuple[float, ...], tuple[int, ...]]):
+    """A list's DCGs -> their squares, each rounded as the replay's `value * value` is, exact."""
+
+    def __missing__(self, dcgs: tuple[float, ...]) -> tuple[int, ...]:
+        if len(self) >= _SQUARES_HELD:
+            self.clear()
+        squares = self[dcgs] = tuple([exact(value * value) for value in dcgs])
+        return squares
+
+
+_SQUARES = _Squares()
 
 
 # Below this many distinct lists in a group, walking them to find those that show a document costs
@@ -58,13 +105,13 @@ class ListIndex:
     __slots__ = ("index",)
 
     def __init__(self) -> None:
-        self.index: dict[str, set[tuple[str, ...]]] | None = None
+        self.index: defaultdict[str, set[tuple[str, ...]]] | None = None
 
     def added(self, ranked: tuple[str, ...]) -> None:
         """A list taken in."""
         if self.index is not None:
-            for doc in ranked:
-                self.index.setdefault(doc, set()).add(ranked)
+            # Each document's set of lists, the list added to each, in the interpreter's own loops.
+            any(map(set.add, map(self.index.__getitem__, ranked), repeat(ranked)))
 
     def showing(self, docs: Set[str], lists: Collection[tuple[str, ...]]) -> Collection[tuple[str, ...]]:
         """Those of `lists` (every list taken in) that show any of `docs`."""
@@ -73,23 +120,17 @@ class ListIndex:
         if self.index is None:
             if len(lists) < INDEX_FROM:
                 return [ranked for ranked in lists if not docs.isdisjoint(ranked)]
-            self.index = {}
+            self.index = defaultdict(set)
             for ranked in lists:
                 self.added(ranked)
         index = self.index
         return {ranked for doc in docs if doc in index for ranked in index[doc]}
 
 
-def _squares(dcgs: tuple[float, ...], count: int) -> list[int]:
-    """Each DCG's square, rounded as the replay's `value * value` is, times `count`, exact."""
-    # Most lists of a query with few judgments score 0 at every cut-off.
-    return [count * exact(value * value) for value in dcgs] if any(dcgs) else [0] * len(dcgs)
-
-
 class ListSquares:
     """One group's lists' DCGs and the exact sums of their squares, per cut-off."""
 
-    __slots__ = ("dcgs", "showing", "totals", "pending", "cutoffs")
+    __slots__ = ("dcgs", "showing", "totals", "pending", "layout", "tops", "found")
 
     def __init__(self) -> None:
         # list -> its DCG at each cut-off, with the gains of the last `sums`
@@ -100,7 +141,11 @@ class ListSquares:
         self.totals: list[int] | None = None
         # Impressions of lists taken since the last `sums`, not in `totals` yet.
         self.pending: dict[tuple[str, ...], int] = {}
-        self.cutoffs: tuple[int, ...] = ()
+        self.layout = _layout((1,))
+        # The few lists whose DCGs read other ranks than their own (`_top`), with those ranks.
+        self.tops: dict[tuple[str, ...], tuple[str | None, ...]] = {}
+        # What the last `sums` gave, while `totals` stay as they were.
+        self.found: dict[str, float] = {}
 
     def added(self, ranked: tuple[str, ...], count: int) -> None:
         """The group took `count` impressions of a list."""
@@ -108,39 +153,53 @@ class ListSquares:
             self.pending[ranked] = self.pending.get(ranked, 0) + count
 
     def sums(self, lists: Mapping[tuple[str, ...], int], gains: Mapping[str, float], cutoffs: tuple[int, ...],
-             moved: Set[str]) -> dict[str, float]:
+             moved: Set[str], before: Mapping[str, float | None] | None = None) -> dict[str, float]:
         """The sums of squares of DCG@k of `lists` (every list of the group, with its count) with
-        the query's `gains`; `moved`: the documents whose grade moved since the last call."""
-        if self.totals is None or self.cutoffs != cutoffs:
-            self.dcgs, self.showing, self.cutoffs, self.pending = {}, ListIndex(), cutoffs, {}
-            totals = [0] * len(cutoffs)
-            for ranked, count in lists.items():
-                dcgs = self._score(ranked, gains)
-                totals = [a + b for a, b in zip(totals, _squares(dcgs, count), strict=True)]
-            self.totals = totals
+        the query's `gains`; `moved`: the documents whose grade moved since the last call, and with
+        `before` the gains they had then (those that went between none and a zero gain move no DCG).
+        The dict given is kept for the next call (read it, do not change it)."""
+        if self.totals is None or self.layout.cutoffs != cutoffs:
+            self.dcgs, self.showing, self.layout, self.tops = {}, ListIndex(), _layout(cutoffs), {}
+            self.totals, self.pending = [0] * len(cutoffs), dict(lists)
+            changed = True
         else:
-            totals = self.totals
-            pending = self.pending
-            for ranked in self.showing.showing(moved, self.dcgs.keys()):
-                counted = lists[ranked] - pending.get(ranked, 0)
-                if counted:
-                    old, new = self.dcgs[ranked], list_dcgs(ranked, gains, cutoffs)
-                    if old != new:
-                        self.dcgs[ranked] = new
-                        totals = [t - a + b for t, a, b in zip(totals, _squares(old, counted), _squares(new, counted),
-                                                                strict=True)]
-            for ranked, count in pending.items():
-                known = self.dcgs.get(ranked)
-                if known is None:
-                    known = self._score(ranked, gains)
-                # Most lists of a query with few judgments score 0 at every cut-off: they add nothing.
-                if any(known):
-                    totals = [a + b for a, b in zip(totals, _squares(known, count), strict=True)]
-            self.totals, self.pending = totals, {}
-        return {dcg_squares_at(k): rounded(total) for k, total in zip(cutoffs, totals, strict=True)}
+            changed = False
+            if before is not None:
+                moved = {doc for doc in moved if doc not in before or (before[doc] or 0.0) != (gains.get(doc) or 0.0)}
+        totals, pending, dcgs, layout, tops = self.totals, self.pending, self.dcgs, self.layout, self.tops
+        squares = _SQUARES
+        for ranked in self.showing.showing(moved, dcgs.keys()):
+            counted = lists[ranked] - pending.get(ranked, 0)
+            if counted:
+                old, new = dcgs[ranked], list_dcgs(tops.get(ranked, ranked), gains, layout)
+                if old != new:
+                    dcgs[ranked] = new
+                    changed = True
+                    for i, (was, now) in enumerate(zip(squares[old], squares[new], strict=True)):
+                        totals[i] += counted * (now - was)
+        unjudged = layout.unjudged
+        for ranked, count in pending.items():
+            known = dcgs.get(ranked)
+            if known is None:
+                known = dcgs[ranked] = self._score(ranked, gains)
+            # A list that shows no judged document adds nothing.
+            if known is not unjudged and any(known):
+                changed = True
+                for i, square in enumerate(squares[known]):
+                    totals[i] += count * square
+        self.pending = {}
+        if changed:
+            self.found = {name: rounded(total) for name, total in zip(layout.names, totals, strict=True)}
+        return self.found
 
     def _score(self, ranked: tuple[str, ...], gains: Mapping[str, float]) -> tuple[float, ...]:
-        """A list taken in: its DCGs, and where its documents are found."""
-        dcgs = self.dcgs[ranked] = list_dcgs(ranked, gains, self.cutoffs)
+        """A list taken in: indexed, and its DCGs (those of a list that shows no judged document
+        without scoring it)."""
         self.showing.added(ranked)
-        return dcgs
+        layout = self.layout
+        top = _top(ranked, len(layout.discounts))
+        if top is not None:
+            self.tops[ranked] = top
+        if gains.keys().isdisjoint(ranked):
+            return layout.unjudged
+        return list_dcgs(ranked if top is None else top, gains, layout)
