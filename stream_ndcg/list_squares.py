@@ -24,9 +24,9 @@ import functools
 import math
 import operator
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping, Sequence, Set
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence, Set
 from itertools import repeat
-from typing import NamedTuple, cast
+from typing import Generic, NamedTuple, TypeVar, cast
 
 from stream_ndcg.metric import discount
 from stream_ndcg.vocabulary import dcg_squares_at
@@ -98,52 +98,65 @@ _SQUARES = _Squares()
 # bound that does not grow, so a judgment still costs in proportion to the places it changes.
 INDEX_FROM = 16
 
+# What the owner of an index calls each list: the list itself, or a number.
+Key = TypeVar("Key", bound=Hashable)
 
-class ListIndex:
-    """The lists of one group that show each document, once it holds `INDEX_FROM` lists."""
+
+class ListIndex(Generic[Key]):
+    """The lists of one group that show each document, by the key its owner gives each list, once
+    it holds `INDEX_FROM` lists."""
 
     __slots__ = ("index",)
 
     def __init__(self) -> None:
-        self.index: defaultdict[str, set[tuple[str, ...]]] | None = None
+        self.index: defaultdict[str | None, set[Key]] | None = None
 
-    def added(self, ranked: tuple[str, ...]) -> None:
-        """A list taken in."""
+    def added(self, key: Key, docs: Iterable[str | None]) -> None:
+        """A list taken in, with the documents it shows."""
         if self.index is not None:
             # Each document's set of lists, the list added to each, in the interpreter's own loops.
-            any(map(set.add, map(self.index.__getitem__, ranked), repeat(ranked)))
+            any(map(set.add, map(self.index.__getitem__, docs), repeat(key)))
 
-    def showing(self, docs: Set[str], lists: Collection[tuple[str, ...]]) -> Collection[tuple[str, ...]]:
-        """Those of `lists` (every list taken in) that show any of `docs`."""
+    def showing(self, docs: Set[str], listed: Iterable[tuple[Key, Collection[str | None]]],
+                size: int) -> Collection[Key]:
+        """Those of the lists taken in that show any of `docs`: `listed` gives every one (its key and
+        documents, walked only until the index is made), `size` how many there are."""
         if not docs:
             return ()
         if self.index is None:
-            if len(lists) < INDEX_FROM:
-                return [ranked for ranked in lists if not docs.isdisjoint(ranked)]
+            if size < INDEX_FROM:
+                return [key for key, shown in listed if not docs.isdisjoint(shown)]
             self.index = defaultdict(set)
-            for ranked in lists:
-                self.added(ranked)
+            for key, shown in listed:
+                self.added(key, shown)
         index = self.index
-        return {ranked for doc in docs if doc in index for ranked in index[doc]}
+        return {key for doc in docs if doc in index for key in index[doc]}
 
 
 class ListSquares:
-    """One group's lists' DCGs and the exact sums of their squares, per cut-off."""
+    """One group's lists' DCGs and the exact sums of their squares, per cut-off.
 
-    __slots__ = ("dcgs", "showing", "totals", "pending", "layout", "tops", "found")
+    Each list is known by a number, given in the order the lists came, and what is kept of it is
+    found by that number: a list's tuple is hashed once per impression, never again for a
+    rescoring, and the index holds numbers."""
+
+    __slots__ = ("numbers", "tops", "dcgs", "counts", "showing", "totals", "pending", "layout", "found")
 
     def __init__(self) -> None:
-        # list -> its DCG at each cut-off, with the gains of the last `sums`
-        self.dcgs: dict[tuple[str, ...], tuple[float, ...]] = {}
-        # Where the lists of `dcgs` show each document: a moved grade rescores those, not every list.
-        self.showing = ListIndex()
+        # list -> its number
+        self.numbers: dict[tuple[str, ...], int] = {}
+        # By number: the ranks its DCGs read (the list itself but for a few: `_top`), its DCG at each
+        # cut-off with the gains of the last `sums`, and the impressions of it counted in `totals`.
+        self.tops: list[Sequence[str | None]] = []
+        self.dcgs: list[tuple[float, ...]] = []
+        self.counts: list[int] = []
+        # Where the lists show each document: a moved grade rescores those, not every list.
+        self.showing: ListIndex[int] = ListIndex()
         # Per cut-off, the sum over the lists counted so far; None: nothing counted yet.
         self.totals: list[int] | None = None
         # Impressions of lists taken since the last `sums`, not in `totals` yet.
         self.pending: dict[tuple[str, ...], int] = {}
         self.layout = _layout((1,))
-        # The few lists whose DCGs read other ranks than their own (`_top`), with those ranks.
-        self.tops: dict[tuple[str, ...], tuple[str | None, ...]] = {}
         # What the last `sums` gave, while `totals` stay as they were.
         self.found: dict[str, float] = {}
 
@@ -159,47 +172,53 @@ class ListSquares:
         `before` the gains they had then (those that went between none and a zero gain move no DCG).
         The dict given is kept for the next call (read it, do not change it)."""
         if self.totals is None or self.layout.cutoffs != cutoffs:
-            self.dcgs, self.showing, self.layout, self.tops = {}, ListIndex(), _layout(cutoffs), {}
+            self.numbers, self.tops, self.dcgs, self.counts = {}, [], [], []
+            self.showing, self.layout = ListIndex(), _layout(cutoffs)
             self.totals, self.pending = [0] * len(cutoffs), dict(lists)
             changed = True
         else:
             changed = False
-            if before is not None:
+            if moved and before is not None:
                 moved = {doc for doc in moved if doc not in before or (before[doc] or 0.0) != (gains.get(doc) or 0.0)}
-        totals, pending, dcgs, layout, tops = self.totals, self.pending, self.dcgs, self.layout, self.tops
-        squares = _SQUARES
-        for ranked in self.showing.showing(moved, dcgs.keys()):
-            counted = lists[ranked] - pending.get(ranked, 0)
-            if counted:
-                old, new = dcgs[ranked], list_dcgs(tops.get(ranked, ranked), gains, layout)
-                if old != new:
-                    dcgs[ranked] = new
-                    changed = True
-                    for i, (was, now) in enumerate(zip(squares[old], squares[new], strict=True)):
-                        totals[i] += counted * (now - was)
-        unjudged = layout.unjudged
-        for ranked, count in pending.items():
-            known = dcgs.get(ranked)
-            if known is None:
-                known = dcgs[ranked] = self._score(ranked, gains)
+        tops, dcgs, counts, layout = self.tops, self.dcgs, self.counts, self.layout
+        # DCGs -> the impressions that moved to them (less those that left them), for their squares
+        # to be found once however many lists share them.
+        moves: dict[tuple[float, ...], int] = {}
+        for number in self.showing.showing(moved, enumerate(tops), len(tops)):
+            old, new = dcgs[number], list_dcgs(tops[number], gains, layout)
+            if old != new:
+                dcgs[number] = new
+                counted = counts[number]
+                moves[old] = moves.get(old, 0) - counted
+                moves[new] = moves.get(new, 0) + counted
+        numbers, unjudged = self.numbers, layout.unjudged
+        for ranked, count in self.pending.items():
+            held = numbers.get(ranked)
+            taken = self._taken(ranked, gains) if held is None else held
+            counts[taken] += count
+            known = dcgs[taken]
             # A list that shows no judged document adds nothing.
-            if known is not unjudged and any(known):
-                changed = True
-                for i, square in enumerate(squares[known]):
-                    totals[i] += count * square
+            if known is not unjudged:
+                moves[known] = moves.get(known, 0) + count
         self.pending = {}
+        totals = self.totals
+        for known, count in moves.items():
+            if count and any(known):
+                changed = True
+                for i, square in enumerate(_SQUARES[known]):
+                    totals[i] += count * square
         if changed:
             self.found = {name: rounded(total) for name, total in zip(layout.names, totals, strict=True)}
         return self.found
 
-    def _score(self, ranked: tuple[str, ...], gains: Mapping[str, float]) -> tuple[float, ...]:
-        """A list taken in: indexed, and its DCGs (those of a list that shows no judged document
-        without scoring it)."""
-        self.showing.added(ranked)
+    def _taken(self, ranked: tuple[str, ...], gains: Mapping[str, float]) -> int:
+        """A list taken in: numbered, indexed, and its DCGs found (those of a list that shows no
+        judged document without scoring it)."""
+        number = self.numbers[ranked] = len(self.tops)
         layout = self.layout
-        top = _top(ranked, len(layout.discounts))
-        if top is not None:
-            self.tops[ranked] = top
-        if gains.keys().isdisjoint(ranked):
-            return layout.unjudged
-        return list_dcgs(ranked if top is None else top, gains, layout)
+        top = _top(ranked, len(layout.discounts)) or ranked
+        self.tops.append(top)
+        self.counts.append(0)
+        self.showing.added(number, top)
+        self.dcgs.append(layout.unjudged if gains.keys().isdisjoint(top) else list_dcgs(top, gains, layout))
+        return number
