@@ -56,14 +56,30 @@ def _layout(cutoffs: tuple[int, ...]) -> _Layout:
                    (0.0,) * len(cutoffs), tuple(dcg_squares_at(k) for k in cutoffs))
 
 
-def list_dcgs(top: Sequence[str | None], gains: Mapping[str, float], layout: _Layout) -> tuple[float, ...]:
-    """One list's DCG at each cut-off, as `metric.ListScorer` scores it, of its `top` ranks (to the
-    deepest cut-off, a repeat's later ranks None: `_top`). The interpreter's own loops: a judgment
-    rescores every list that shows its document. The sign of a zero is left as it comes: a DCG
-    here is only ever squared or compared."""
+def list_dcgs(tops: Iterable[Sequence[str | None]], gains: Mapping[str, float],
+              layout: _Layout) -> list[tuple[float, ...]]:
+    """Lists' DCGs at each cut-off, as `metric.ListScorer` scores them, each of its `top` ranks (to
+    the deepest cut-off, a repeat's later ranks None: `_top`). The interpreter's own loops, with the
+    usual one or two cut-offs written out: a judgment rescores every list that shows its document,
+    so many lists are scored in one call. The sign of a zero is left as it comes: a DCG here is
+    only ever squared or compared."""
     gain_of = cast(_GainOf, gains.get)
-    terms = list(map(operator.mul, map(gain_of, top, layout.zeros), layout.discounts))
-    return tuple([math.fsum(terms[:k]) for k in layout.cutoffs])
+    zeros, discounts, cutoffs = layout.zeros, layout.discounts, layout.cutoffs
+    fsum, mul = math.fsum, operator.mul
+    depth = len(discounts)
+    if len(cutoffs) == 1:
+        return [(fsum(map(mul, map(gain_of, top, zeros), discounts)),) for top in tops]
+    found: list[tuple[float, ...]] = []
+    if len(cutoffs) == 2 and cutoffs[1] == depth:
+        first = cutoffs[0]
+        for top in tops:
+            terms = list(map(mul, map(gain_of, top, zeros), discounts))
+            found.append((fsum(terms[:first]), fsum(terms)))
+        return found
+    for top in tops:
+        terms = list(map(mul, map(gain_of, top, zeros), discounts))
+        found.append(tuple([fsum(terms[:k]) for k in cutoffs]))
+    return found
 
 
 def _top(ranked: tuple[str, ...], depth: int) -> tuple[str | None, ...] | None:
@@ -184,19 +200,32 @@ class ListSquares:
         # DCGs -> the impressions that moved to them (less those that left them), for their squares
         # to be found once however many lists share them.
         moves: dict[tuple[float, ...], int] = {}
-        for number in self.showing.showing(moved, enumerate(tops), len(tops)):
-            old, new = dcgs[number], list_dcgs(tops[number], gains, layout)
+        rescored = list(self.showing.showing(moved, enumerate(tops), len(tops)))
+        for number, new in zip(rescored, list_dcgs([tops[number] for number in rescored], gains, layout),
+                               strict=True):
+            old = dcgs[number]
             if old != new:
                 dcgs[number] = new
                 counted = counts[number]
                 moves[old] = moves.get(old, 0) - counted
                 moves[new] = moves.get(new, 0) + counted
         numbers, unjudged = self.numbers, layout.unjudged
+        # (number, impressions) of the lists taken, and the new ones that show a judged document,
+        # scored together.
+        taken: list[tuple[int, int]] = []
+        scored: list[int] = []
         for ranked, count in self.pending.items():
             held = numbers.get(ranked)
-            taken = self._taken(ranked, gains) if held is None else held
-            counts[taken] += count
-            known = dcgs[taken]
+            if held is None:
+                held = self._taken(ranked)
+                if not gains.keys().isdisjoint(tops[held]):
+                    scored.append(held)
+            counts[held] += count
+            taken.append((held, count))
+        for number, new in zip(scored, list_dcgs([tops[number] for number in scored], gains, layout), strict=True):
+            dcgs[number] = new
+        for number, count in taken:
+            known = dcgs[number]
             # A list that shows no judged document adds nothing.
             if known is not unjudged:
                 moves[known] = moves.get(known, 0) + count
@@ -211,14 +240,14 @@ class ListSquares:
             self.found = {name: rounded(total) for name, total in zip(layout.names, totals, strict=True)}
         return self.found
 
-    def _taken(self, ranked: tuple[str, ...], gains: Mapping[str, float]) -> int:
-        """A list taken in: numbered, indexed, and its DCGs found (those of a list that shows no
-        judged document without scoring it)."""
+    def _taken(self, ranked: tuple[str, ...]) -> int:
+        """A list taken in: numbered and indexed, its DCGs those of a list that shows no judged
+        document until it is scored."""
         number = self.numbers[ranked] = len(self.tops)
         layout = self.layout
         top = _top(ranked, len(layout.discounts)) or ranked
         self.tops.append(top)
         self.counts.append(0)
+        self.dcgs.append(layout.unjudged)
         self.showing.added(number, top)
-        self.dcgs.append(layout.unjudged if gains.keys().isdisjoint(top) else list_dcgs(top, gains, layout))
         return number

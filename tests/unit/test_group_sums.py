@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -129,17 +129,17 @@ def test_thousands_of_grade_moves_on_one_group_leave_its_sums_exact(ideal: Ideal
 
 
 class _Counted:
-    """Counts the calls of the functions it is told of, by name."""
+    """Counts the calls of the functions it is told of, by name (or what each call takes on)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: dict[str, int] = {}
         self.monkeypatch = monkeypatch
 
-    def count(self, owner: Any, name: str) -> None:
+    def count(self, owner: Any, name: str, each: Callable[..., int] = lambda *args: 1) -> None:
         original = getattr(owner, name)
 
         def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] = self.calls.get(name, 0) + 1
+            self.calls[name] = self.calls.get(name, 0) + each(*args)
             return original(*args, **kwargs)
 
         self.monkeypatch.setattr(owner, name, counted)
@@ -151,7 +151,8 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> _Counted:
     the pool ideal, their terms under the list's). Clear `calls` once the group is built."""
     counts = _Counted(monkeypatch)
     counts.count(GroupSums, "_place")
-    counts.count(list_squares, "list_dcgs")
+    # The lists it scores: a call scores many.
+    counts.count(list_squares, "list_dcgs", lambda tops, *_: len(tops))
     counts.count(list_terms, "score_list")
     return counts
 
