@@ -201,14 +201,15 @@ class ListSquares:
         # to be found once however many lists share them.
         moves: dict[tuple[float, ...], int] = {}
         rescored = list(self.showing.showing(moved, enumerate(tops), len(tops)))
-        for number, new in zip(rescored, list_dcgs([tops[number] for number in rescored], gains, layout),
-                               strict=True):
-            old = dcgs[number]
-            if old != new:
-                dcgs[number] = new
-                counted = counts[number]
-                moves[old] = moves.get(old, 0) - counted
-                moves[new] = moves.get(new, 0) + counted
+        if rescored:
+            for number, new in zip(rescored, list_dcgs([tops[number] for number in rescored], gains, layout),
+                                   strict=True):
+                old = dcgs[number]
+                if old != new:
+                    dcgs[number] = new
+                    counted = counts[number]
+                    moves[old] = moves.get(old, 0) - counted
+                    moves[new] = moves.get(new, 0) + counted
         numbers, unjudged = self.numbers, layout.unjudged
         # (number, impressions) of the lists taken, and the new ones that show a judged document,
         # scored together.
@@ -222,8 +223,10 @@ class ListSquares:
                     scored.append(held)
             counts[held] += count
             taken.append((held, count))
-        for number, new in zip(scored, list_dcgs([tops[number] for number in scored], gains, layout), strict=True):
-            dcgs[number] = new
+        if scored:
+            for number, new in zip(scored, list_dcgs([tops[number] for number in scored], gains, layout),
+                                   strict=True):
+                dcgs[number] = new
         for number, count in taken:
             known = dcgs[number]
             # A list that shows no judged document adds nothing.
