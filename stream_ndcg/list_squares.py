@@ -200,7 +200,7 @@ class ListSquares:
         # DCGs -> the impressions that moved to them (less those that left them), for their squares
         # to be found once however many lists share them.
         moves: dict[tuple[float, ...], int] = {}
-        rescored = list(self.showing.showing(moved, enumerate(tops), len(tops)))
+        rescored = list(self.showing.showing(moved, enumerate(tops), len(tops))) if moved else []
         if rescored:
             for number, new in zip(rescored, list_dcgs([tops[number] for number in rescored], gains, layout),
                                    strict=True):
