@@ -58,11 +58,11 @@ def _layout(cutoffs: tuple[int, ...]) -> _Layout:
 
 def list_dcgs(tops: Iterable[Sequence[str | None]], gains: Mapping[str, float],
               layout: _Layout) -> list[tuple[float, ...]]:
-    """Lists' DCGs at each cut-off, as `metric.ListScorer` scores them, each of its `top` ranks (to
-    the deepest cut-off, a repeat's later ranks None: `_top`). The interpreter's own loops, with the
-    usual one or two cut-offs written out: a judgment rescores every list that shows its document,
-    so many lists are scored in one call. The sign of a zero is left as it comes: a DCG here is
-    only ever squared or compared."""
+    """Lists' DCGs at each cut-off, as `metric.ListScorer` scores them, each list given by the ranks
+    its DCGs read (to the deepest cut-off, a repeat's later ranks None: `_top`). The interpreter's
+    own loops, with the usual one or two cut-offs written out: a judgment rescores every list that
+    shows its document, so many lists are scored in one call. The sign of a zero is left as it
+    comes: a DCG here is only ever squared or compared."""
     gain_of = cast(_GainOf, gains.get)
     zeros, discounts, cutoffs = layout.zeros, layout.discounts, layout.cutoffs
     fsum, mul = math.fsum, operator.mul
