@@ -309,7 +309,7 @@ class Engine:
                 # New impressions or a grade of one of its documents, or a group stored before the
                 # sums of squares were kept whose lists are all known: it takes them in (`state.format`).
                 sums = self._sync(group, gains, before, todo.docs)
-                totals = self._totals(group, sums, grades, gains, ideals, todo.docs)
+                totals = self._totals(group, sums, grades, gains, ideals, todo.docs, before)
             elif renormalise:
                 totals = pooled_ndcg(dict(group.credited), group.impressions, ideals)
             else:
@@ -330,10 +330,10 @@ class Engine:
         return sums
 
     def _totals(self, group: Group, sums: GroupSums, grades: Mapping[str, float], gains: Mapping[str, float],
-                ideals: Mapping[int, float], moved: set[str]) -> dict[str, float]:
+                ideals: Mapping[int, float], moved: set[str], before: Mapping[str, float | None]) -> dict[str, float]:
         """The group's sums, from its kept `sums` and, under the list ideal, its lists
         scored with the query's grades (and, under the pool ideal, their `gains`; `moved`: the
-        documents whose grade moved since it was last)."""
+        documents whose grade moved since it was last, `before` what they had then)."""
         totals: dict[str, float] = {IMPRESSIONS: float(group.impressions)}
         # Without all its lists (a group of an older state format, or one whose bucket's lists the
         # store could not read), a group's squares are unknown.
@@ -349,7 +349,7 @@ class Engine:
         else:
             dcgs, judged = sums.totals()
             cutoffs = self.measure.cutoffs
-            squares = group.squares.sums(group.lists, gains, cutoffs, moved) if complete else None
+            squares = group.squares.sums(group.lists, gains, cutoffs, moved, before) if complete else None
             totals.update(pooled_totals(dict(zip(cutoffs, dcgs, strict=True)),
                                         dict(zip(cutoffs, judged, strict=True)), group.impressions, ideals, squares))
         if complete:

@@ -10,6 +10,12 @@ scores all its lists once. Each sum of the squares (each rounded, as
 the replay's are) is kept exact, as a whole number of 2**-1074, so that what is taken out is
 what was put in and the sum is the same number however the lists came: rounded once, when
 asked for.
+
+What a list costs is most of what the squares cost (in the service's workload nearly every
+impression is a list of its own), so the common cases are cut short: a list that shows no judged
+document scores 0 without being scored, a grade that moves between none and a zero gain rescores
+nothing, and the exact squares of a list's DCGs are found once for all the lists that share them
+(`_SQUARES`: in a query with few judgments most lists score one of a few sums).
 """
 
 from __future__ import annotations
@@ -17,9 +23,10 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from collections.abc import Callable, Collection, Mapping, Sequence, Set
+from collections import defaultdict
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence, Set
 from itertools import repeat
-from typing import cast
+from typing import Generic, NamedTuple, TypeVar, cast
 
 from stream_ndcg.metric import discount
 from stream_ndcg.vocabulary import dcg_squares_at
@@ -29,21 +36,77 @@ from stream_ndcg.window_sums import exact, rounded
 _GainOf = Callable[[str | None, float], float]
 
 
+class _Layout(NamedTuple):
+    """What scoring a list at some cut-offs needs, found once per cut-offs."""
+
+    cutoffs: tuple[int, ...]
+    # The discount of each rank from 1 to the deepest cut-off, and a zero gain for each.
+    discounts: tuple[float, ...]
+    zeros: tuple[float, ...]
+    # The DCGs of a list that shows no judged document.
+    unjudged: tuple[float, ...]
+    # The name of each sum of squares.
+    names: tuple[str, ...]
+
+
 @functools.cache
-def _discounts(depth: int) -> tuple[float, ...]:
-    return tuple(discount(rank) for rank in range(1, depth + 1))
+def _layout(cutoffs: tuple[int, ...]) -> _Layout:
+    depth = max(cutoffs)
+    return _Layout(cutoffs, tuple(discount(rank) for rank in range(1, depth + 1)), (0.0,) * depth,
+                   (0.0,) * len(cutoffs), tuple(dcg_squares_at(k) for k in cutoffs))
 
 
-def list_dcgs(ranked: Sequence[str], gains: Mapping[str, float], cutoffs: Sequence[int]) -> tuple[float, ...]:
-    """One list's DCG at each cut-off, as `metric.ListScorer` scores it (the interpreter's own
-    loops: a judgment rescores every list that shows its document)."""
-    top: Sequence[str | None] = ranked[:max(cutoffs)]
-    if len(set(top)) != len(top):
-        # A repeat counts only at its first rank.
-        top = [None if doc in top[:rank] else doc for rank, doc in enumerate(top)]
+def list_dcgs(tops: Iterable[Sequence[str | None]], gains: Mapping[str, float],
+              layout: _Layout) -> list[tuple[float, ...]]:
+    """Lists' DCGs at each cut-off, as `metric.ListScorer` scores them, each list given by the ranks
+    its DCGs read (to the deepest cut-off, a repeat's later ranks None: `_top`). The interpreter's
+    own loops, with the usual one or two cut-offs written out: a judgment rescores every list that
+    shows its document, so many lists are scored in one call. The sign of a zero is left as it
+    comes: a DCG here is only ever squared or compared."""
     gain_of = cast(_GainOf, gains.get)
-    terms = list(map(operator.mul, map(gain_of, top, repeat(0.0)), _discounts(len(top))))
-    return tuple(math.fsum(terms[:k]) or 0.0 for k in cutoffs)
+    zeros, discounts, cutoffs = layout.zeros, layout.discounts, layout.cutoffs
+    fsum, mul = math.fsum, operator.mul
+    depth = len(discounts)
+    if len(cutoffs) == 1:
+        return [(fsum(map(mul, map(gain_of, top, zeros), discounts)),) for top in tops]
+    found: list[tuple[float, ...]] = []
+    if len(cutoffs) == 2 and cutoffs[1] == depth:
+        first = cutoffs[0]
+        for top in tops:
+            terms = list(map(mul, map(gain_of, top, zeros), discounts))
+            found.append((fsum(terms[:first]), fsum(terms)))
+        return found
+    for top in tops:
+        terms = list(map(mul, map(gain_of, top, zeros), discounts))
+        found.append(tuple([fsum(terms[:k]) for k in cutoffs]))
+    return found
+
+
+def _top(ranked: tuple[str, ...], depth: int) -> tuple[str | None, ...] | None:
+    """The ranks a list's DCGs read, if they are not the list itself: cut to `depth`, and a
+    document repeated counted at its first rank only (None at the others)."""
+    top = ranked[:depth]
+    if len(set(top)) == len(top):
+        return None if len(top) == len(ranked) else top
+    return tuple(None if doc in top[:rank] else doc for rank, doc in enumerate(top))
+
+
+# How many DCGs' squares `_SQUARES` holds at most: past it, it starts again (they are found again
+# as the lists that share them are scored).
+_SQUARES_HELD = 1 << 16
+
+
+class _Squares(dict[tuple[float, ...], tuple[int, ...]]):
+    """A list's DCGs -> their squares, each rounded as the replay's `value * value` is, exact."""
+
+    def __missing__(self, dcgs: tuple[float, ...]) -> tuple[int, ...]:
+        if len(self) >= _SQUARES_HELD:
+            self.clear()
+        squares = self[dcgs] = tuple([exact(value * value) for value in dcgs])
+        return squares
+
+
+_SQUARES = _Squares()
 
 
 # Below this many distinct lists in a group, walking them to find those that show a document costs
@@ -51,56 +114,67 @@ def list_dcgs(ranked: Sequence[str], gains: Mapping[str, float], cutoffs: Sequen
 # bound that does not grow, so a judgment still costs in proportion to the places it changes.
 INDEX_FROM = 16
 
+# What the owner of an index calls each list: the list itself, or a number.
+Key = TypeVar("Key", bound=Hashable)
 
-class ListIndex:
-    """The lists of one group that show each document, once it holds `INDEX_FROM` lists."""
+
+class ListIndex(Generic[Key]):
+    """The lists of one group that show each document, by the key its owner gives each list, once
+    it holds `INDEX_FROM` lists."""
 
     __slots__ = ("index",)
 
     def __init__(self) -> None:
-        self.index: dict[str, set[tuple[str, ...]]] | None = None
+        self.index: defaultdict[str | None, set[Key]] | None = None
 
-    def added(self, ranked: tuple[str, ...]) -> None:
-        """A list taken in."""
+    def added(self, key: Key, docs: Iterable[str | None]) -> None:
+        """A list taken in, with the documents it shows."""
         if self.index is not None:
-            for doc in ranked:
-                self.index.setdefault(doc, set()).add(ranked)
+            # Each document's set of lists, the list added to each, in the interpreter's own loops.
+            any(map(set.add, map(self.index.__getitem__, docs), repeat(key)))
 
-    def showing(self, docs: Set[str], lists: Collection[tuple[str, ...]]) -> Collection[tuple[str, ...]]:
-        """Those of `lists` (every list taken in) that show any of `docs`."""
+    def showing(self, docs: Set[str], listed: Iterable[tuple[Key, Collection[str | None]]],
+                size: int) -> Collection[Key]:
+        """Those of the lists taken in that show any of `docs`: `listed` gives every one (its key and
+        documents, walked only until the index is made), `size` how many there are."""
         if not docs:
             return ()
         if self.index is None:
-            if len(lists) < INDEX_FROM:
-                return [ranked for ranked in lists if not docs.isdisjoint(ranked)]
-            self.index = {}
-            for ranked in lists:
-                self.added(ranked)
+            if size < INDEX_FROM:
+                return [key for key, shown in listed if not docs.isdisjoint(shown)]
+            self.index = defaultdict(set)
+            for key, shown in listed:
+                self.added(key, shown)
         index = self.index
-        return {ranked for doc in docs if doc in index for ranked in index[doc]}
-
-
-def _squares(dcgs: tuple[float, ...], count: int) -> list[int]:
-    """Each DCG's square, rounded as the replay's `value * value` is, times `count`, exact."""
-    # Most lists of a query with few judgments score 0 at every cut-off.
-    return [count * exact(value * value) for value in dcgs] if any(dcgs) else [0] * len(dcgs)
+        return {key for doc in docs if doc in index for key in index[doc]}
 
 
 class ListSquares:
-    """One group's lists' DCGs and the exact sums of their squares, per cut-off."""
+    """One group's lists' DCGs and the exact sums of their squares, per cut-off.
 
-    __slots__ = ("dcgs", "showing", "totals", "pending", "cutoffs")
+    Each list is known by a number, given in the order the lists came, and what is kept of it is
+    found by that number: a list's tuple is hashed once per impression, never again for a
+    rescoring, and the index holds numbers."""
+
+    __slots__ = ("numbers", "tops", "dcgs", "counts", "showing", "totals", "pending", "layout", "found")
 
     def __init__(self) -> None:
-        # list -> its DCG at each cut-off, with the gains of the last `sums`
-        self.dcgs: dict[tuple[str, ...], tuple[float, ...]] = {}
-        # Where the lists of `dcgs` show each document: a moved grade rescores those, not every list.
-        self.showing = ListIndex()
+        # list -> its number
+        self.numbers: dict[tuple[str, ...], int] = {}
+        # By number: the ranks its DCGs read (the list itself but for a few: `_top`), its DCG at each
+        # cut-off with the gains of the last `sums`, and the impressions of it counted in `totals`.
+        self.tops: list[Sequence[str | None]] = []
+        self.dcgs: list[tuple[float, ...]] = []
+        self.counts: list[int] = []
+        # Where the lists show each document: a moved grade rescores those, not every list.
+        self.showing: ListIndex[int] = ListIndex()
         # Per cut-off, the sum over the lists counted so far; None: nothing counted yet.
         self.totals: list[int] | None = None
         # Impressions of lists taken since the last `sums`, not in `totals` yet.
         self.pending: dict[tuple[str, ...], int] = {}
-        self.cutoffs: tuple[int, ...] = ()
+        self.layout = _layout((1,))
+        # What the last `sums` gave, while `totals` stay as they were.
+        self.found: dict[str, float] = {}
 
     def added(self, ranked: tuple[str, ...], count: int) -> None:
         """The group took `count` impressions of a list."""
@@ -108,39 +182,75 @@ class ListSquares:
             self.pending[ranked] = self.pending.get(ranked, 0) + count
 
     def sums(self, lists: Mapping[tuple[str, ...], int], gains: Mapping[str, float], cutoffs: tuple[int, ...],
-             moved: Set[str]) -> dict[str, float]:
+             moved: Set[str], before: Mapping[str, float | None] | None = None) -> dict[str, float]:
         """The sums of squares of DCG@k of `lists` (every list of the group, with its count) with
-        the query's `gains`; `moved`: the documents whose grade moved since the last call."""
-        if self.totals is None or self.cutoffs != cutoffs:
-            self.dcgs, self.showing, self.cutoffs, self.pending = {}, ListIndex(), cutoffs, {}
-            totals = [0] * len(cutoffs)
-            for ranked, count in lists.items():
-                dcgs = self._score(ranked, gains)
-                totals = [a + b for a, b in zip(totals, _squares(dcgs, count), strict=True)]
-            self.totals = totals
+        the query's `gains`; `moved`: the documents whose grade moved since the last call, and with
+        `before` the gains they had then (those that went between none and a zero gain move no DCG).
+        The dict given is kept for the next call (read it, do not change it)."""
+        if self.totals is None or self.layout.cutoffs != cutoffs:
+            self.numbers, self.tops, self.dcgs, self.counts = {}, [], [], []
+            self.showing, self.layout = ListIndex(), _layout(cutoffs)
+            self.totals, self.pending = [0] * len(cutoffs), dict(lists)
+            changed = True
         else:
-            totals = self.totals
-            pending = self.pending
-            for ranked in self.showing.showing(moved, self.dcgs.keys()):
-                counted = lists[ranked] - pending.get(ranked, 0)
-                if counted:
-                    old, new = self.dcgs[ranked], list_dcgs(ranked, gains, cutoffs)
-                    if old != new:
-                        self.dcgs[ranked] = new
-                        totals = [t - a + b for t, a, b in zip(totals, _squares(old, counted), _squares(new, counted),
-                                                                strict=True)]
-            for ranked, count in pending.items():
-                known = self.dcgs.get(ranked)
-                if known is None:
-                    known = self._score(ranked, gains)
-                # Most lists of a query with few judgments score 0 at every cut-off: they add nothing.
-                if any(known):
-                    totals = [a + b for a, b in zip(totals, _squares(known, count), strict=True)]
-            self.totals, self.pending = totals, {}
-        return {dcg_squares_at(k): rounded(total) for k, total in zip(cutoffs, totals, strict=True)}
+            changed = False
+            if moved and before is not None:
+                moved = {doc for doc in moved if doc not in before or (before[doc] or 0.0) != (gains.get(doc) or 0.0)}
+        tops, dcgs, counts, layout = self.tops, self.dcgs, self.counts, self.layout
+        # DCGs -> the impressions that moved to them (less those that left them), for their squares
+        # to be found once however many lists share them.
+        moves: dict[tuple[float, ...], int] = {}
+        rescored = list(self.showing.showing(moved, enumerate(tops), len(tops))) if moved else []
+        if rescored:
+            for number, new in zip(rescored, list_dcgs([tops[number] for number in rescored], gains, layout),
+                                   strict=True):
+                old = dcgs[number]
+                if old != new:
+                    dcgs[number] = new
+                    counted = counts[number]
+                    moves[old] = moves.get(old, 0) - counted
+                    moves[new] = moves.get(new, 0) + counted
+        numbers, unjudged = self.numbers, layout.unjudged
+        # (number, impressions) of the lists taken, and the new ones that show a judged document,
+        # scored together.
+        taken: list[tuple[int, int]] = []
+        scored: list[int] = []
+        for ranked, count in self.pending.items():
+            held = numbers.get(ranked)
+            if held is None:
+                held = self._taken(ranked)
+                if not gains.keys().isdisjoint(tops[held]):
+                    scored.append(held)
+            counts[held] += count
+            taken.append((held, count))
+        if scored:
+            for number, new in zip(scored, list_dcgs([tops[number] for number in scored], gains, layout),
+                                   strict=True):
+                dcgs[number] = new
+        for number, count in taken:
+            known = dcgs[number]
+            # A list that shows no judged document adds nothing.
+            if known is not unjudged:
+                moves[known] = moves.get(known, 0) + count
+        self.pending = {}
+        totals = self.totals
+        for known, count in moves.items():
+            if count and any(known):
+                changed = True
+                for i, square in enumerate(_SQUARES[known]):
+                    totals[i] += count * square
+        if changed:
+            self.found = {name: rounded(total) for name, total in zip(layout.names, totals, strict=True)}
+        return self.found
 
-    def _score(self, ranked: tuple[str, ...], gains: Mapping[str, float]) -> tuple[float, ...]:
-        """A list taken in: its DCGs, and where its documents are found."""
-        dcgs = self.dcgs[ranked] = list_dcgs(ranked, gains, self.cutoffs)
-        self.showing.added(ranked)
-        return dcgs
+    def _taken(self, ranked: tuple[str, ...]) -> int:
+        """A list taken in: numbered and indexed, its DCGs those of a list that shows no judged
+        document until it is scored."""
+        number = self.numbers[ranked] = len(self.tops)
+        layout = self.layout
+        top = _top(ranked, len(layout.discounts)) or ranked
+        self.tops.append(top)
+        self.counts.append(0)
+        self.dcgs.append(layout.unjudged)
+        self.showing.added(number, top)
+        return number

@@ -53,7 +53,7 @@ class ListTerms:
         # list -> its score with the grades of the last `sync`
         self.scores: dict[tuple[str, ...], Score] = {}
         # Where the lists of `scores` show each document.
-        self.showing = ListIndex()
+        self.showing: ListIndex[tuple[str, ...]] = ListIndex()
         self.totals = [0] * (len(_FIELDS) * len(measure.cutoffs))
         # Impressions of lists taken since the last `sync`, not in `totals` yet.
         self.pending: dict[tuple[str, ...], int] = {}
@@ -71,7 +71,8 @@ class ListTerms:
         """The sums of `lists` (every list of the group, with its count) with the query's `grades`;
         `moved`: the documents whose grade moved since the last call."""
         pending = self.pending
-        for ranked in self.showing.showing(moved, self.scores.keys()):
+        for ranked in self.showing.showing(moved, zip(self.scores, self.scores, strict=True),
+                                           len(self.scores)):
             counted = lists[ranked] - pending.get(ranked, 0)
             self._move(self.scores[ranked], counted, -1)
             self._move(self._score(ranked, grades, measure), counted, 1)
@@ -97,9 +98,11 @@ class ListTerms:
                 totals[i] += sign * term
 
     def _score(self, ranked: tuple[str, ...], grades: Mapping[str, float], measure: Measure) -> Score:
-        """A list scored with the query's grades (`metric.score_list`, the definition), and indexed."""
+        """A list scored with the query's grades (`metric.score_list`, the definition), and indexed
+        when it is new."""
+        if ranked not in self.scores:
+            self.showing.added(ranked, ranked)
         scored = score_list(ranked, grades, measure)
         score = self.scores[ranked] = tuple((scored.dcg[k], scored.ndcg[k], scored.judged_ratio[k])
                                             for k in measure.cutoffs)
-        self.showing.added(ranked)
         return score

@@ -68,19 +68,20 @@ class Group:
     # Its sums kept as it changes (`group_sums`): made by the engine on its first re-credit, and
     # told of every place added since (`add_list`).
     sums: GroupSums | None = field(default=None, repr=False, compare=False)
-    # The impressions its lists count, and the lists they were counted of: whether it holds every
-    # list it counts (`lists_complete`) is known without summing them (a store may give it others).
-    _listed: int = field(default=0, repr=False, compare=False)
-    _listed_of: dict[tuple[str, ...], int] | None = field(default=None, repr=False, compare=False)
+    # The impressions its lists count (None: not counted yet), so that whether it holds every list
+    # it counts (`lists_complete`) is known without summing them. Summed once, on the first ask,
+    # then moved by `add_list` alone: a store gives a group its lists when it reads it, before the
+    # engine asks, and every list added after goes through `add_list`.
+    _listed: int | None = field(default=None, repr=False, compare=False)
     # How many times the ranks changed: what a reader that keeps something derived from them (the
     # stored form, `state.format`) compares to know it is still theirs.
     ranks_changes: int = field(default=0, repr=False, compare=False)
 
     def add_list(self, ranked: tuple[str, ...], count: int, depth: int) -> None:
         self.ranks_changes += 1
-        self.lists_complete()
         self.lists[ranked] = self.lists.get(ranked, 0) + count
-        self._listed += count
+        if self._listed is not None:
+            self._listed += count
         self.squares.added(ranked, count)
         if self.terms is not None:
             self.terms.added(ranked, count)
@@ -95,8 +96,8 @@ class Group:
 
     def lists_complete(self) -> bool:
         """Whether the group holds every list it counts: what its sums of squares are made of."""
-        if self._listed_of is not self.lists:
-            self._listed, self._listed_of = sum(self.lists.values()), self.lists
+        if self._listed is None:
+            self._listed = sum(self.lists.values())
         return self._listed == self.impressions
 
     def shown_at(self) -> dict[int, int]:

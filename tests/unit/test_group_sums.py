@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -129,20 +129,32 @@ def test_thousands_of_grade_moves_on_one_group_leave_its_sums_exact(ideal: Ideal
 
 
 class _Counted:
-    """Counts the calls of one function, and of the dicts' walks it is told of."""
+    """Counts the calls of the functions it is told of, by name (or what each call takes on)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: dict[str, int] = {}
         self.monkeypatch = monkeypatch
 
-    def count(self, owner: Any, name: str) -> None:
+    def count(self, owner: Any, name: str, each: Callable[..., int] = lambda *args: 1) -> None:
         original = getattr(owner, name)
 
         def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] = self.calls.get(name, 0) + 1
+            self.calls[name] = self.calls.get(name, 0) + each(*args)
             return original(*args, **kwargs)
 
         self.monkeypatch.setattr(owner, name, counted)
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> _Counted:
+    """The work of an event: the places whose terms move, and the lists scored (their squares under
+    the pool ideal, their terms under the list's). Clear `calls` once the group is built."""
+    counts = _Counted(monkeypatch)
+    counts.count(GroupSums, "_place")
+    # The lists it scores: a call scores many.
+    counts.count(list_squares, "list_dcgs", lambda tops, *_: len(tops))
+    counts.count(list_terms, "score_list")
+    return counts
 
 
 class _Walked(dict[Any, Any]):
@@ -175,7 +187,6 @@ def _group_of(lists: int, ideal: Ideal) -> tuple[Engine, dict[str, QueryState], 
     states.update(engine.apply(parsed(messages), states, {}).touched)
     (group,) = states["q"].groups.values()
     group.ranks, group.lists = _Walked(group.ranks), _Walked(group.lists)
-    group.lists_complete()
     if group.terms is not None:
         group.terms.lists_of = group.lists
     _Walked.walks = 0
@@ -185,12 +196,9 @@ def _group_of(lists: int, ideal: Ideal) -> tuple[Engine, dict[str, QueryState], 
 @pytest.mark.parametrize("ideal", ["pool", "list"])
 @pytest.mark.parametrize("lists", [20, 400])
 def test_an_impression_costs_its_lists_places_whatever_the_group_holds(
-        lists: int, ideal: Ideal, monkeypatch: pytest.MonkeyPatch) -> None:
+        lists: int, ideal: Ideal, counted: _Counted) -> None:
     engine, states, group = _group_of(lists, ideal)
-    counted = _Counted(monkeypatch)
-    counted.count(GroupSums, "_place")
-    counted.count(list_squares, "list_dcgs")
-    counted.count(list_terms, "score_list")
+    counted.calls.clear()
     shown = ["new", *list(dict.keys(group.ranks))[:9]]
     event = json.dumps({"type": "impression", "impression_id": "new", "query_id": "q", "ts": 2,
                         "results": shown}).encode()
@@ -205,12 +213,9 @@ def test_an_impression_costs_its_lists_places_whatever_the_group_holds(
 @pytest.mark.parametrize("ideal", ["pool", "list"])
 @pytest.mark.parametrize("lists", [20, 400])
 def test_a_judgment_costs_the_places_its_document_is_shown_whatever_the_group_holds(
-        lists: int, ideal: Ideal, monkeypatch: pytest.MonkeyPatch) -> None:
+        lists: int, ideal: Ideal, counted: _Counted) -> None:
     engine, states, group = _group_of(lists, ideal)
-    counted = _Counted(monkeypatch)
-    counted.count(GroupSums, "_place")
-    counted.count(list_squares, "list_dcgs")
-    counted.count(list_terms, "score_list")
+    counted.calls.clear()
     # d4 is judged (grade 0) and shown in five lists, at five ranks: its grade moves.
     assert len(dict.__getitem__(group.ranks, "d4")) == 5
     event = json.dumps({"type": "judgment", "query_id": "q", "doc_id": "d4", "grade": 3, "ts": 2}).encode()
@@ -237,3 +242,27 @@ def test_the_walk_left_is_the_most_exposed_unjudged_documents_judgment() -> None
     assert sums.exposure(group, {"c": 1.0}) == GroupSums(group, {"c": 1.0}, (3,), pooled=False).exposure(
         group, {"c": 1.0})
     assert sums.top is not None and sums.top[0][1] == "b"
+
+
+lists_and_asks = st.lists(st.one_of(
+    st.tuples(st.just("list"), st.lists(st.sampled_from(DOCS), min_size=1, max_size=4).map(tuple), st.integers(1, 3)),
+    st.tuples(st.just("unlisted"), st.integers(1, 3)),
+    st.tuples(st.just("ask"),)), max_size=40)
+
+
+@given(st.dictionaries(st.lists(st.sampled_from(DOCS), min_size=1, max_size=4).map(tuple), st.integers(1, 3),
+                       max_size=4), st.integers(0, 2), lists_and_asks)
+def test_whether_a_group_holds_all_its_lists_is_the_count_of_its_lists(
+        stored: dict[tuple[str, ...], int], unlisted: int, steps: list[tuple[Any, ...]]) -> None:
+    # As a store reads a group: its impressions, and the lists it found of them (perhaps not all).
+    group = Group(impressions=sum(stored.values()) + unlisted, lists=dict(stored))
+    for step in steps:
+        if step[0] == "list":
+            group.impressions += step[2]
+            group.add_list(step[1], step[2], 10)
+        elif step[0] == "unlisted":
+            # Impressions whose lists are not known (a group of an older format).
+            group.impressions += step[1]
+        else:
+            assert group.lists_complete() == (sum(group.lists.values()) == group.impressions)
+    assert group.lists_complete() == (sum(group.lists.values()) == group.impressions)
