@@ -97,6 +97,7 @@ chaos: venv
 bench: venv
 	$(BIN)/python -m bench.replay_bench
 	$(BIN)/python -m bench.service_bench
+	$(BIN)/python -m bench.memory_bench
 	$(BIN)/python -m bench.profile_bench
 	$(BIN)/python -m bench.api_bench
 	$(BIN)/python -m bench.scrape_bench
