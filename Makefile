@@ -98,6 +98,7 @@ bench: venv
 	$(BIN)/python -m bench.replay_bench
 	$(BIN)/python -m bench.service_bench
 	$(BIN)/python -m bench.latency_bench
+	$(BIN)/python -m bench.memory_bench
 	$(BIN)/python -m bench.profile_bench
 	$(BIN)/python -m bench.api_bench
 	$(BIN)/python -m bench.scrape_bench

@@ -33,7 +33,7 @@ from typing import Any
 
 import redis
 
-from bench.harness.figures import memory_by_kind
+from bench.harness.held_memory import held_memory
 from bench.harness.pipeline import cost_breakdown
 from bench.harness.results import argument_parser, command, publish, stamp
 from bench.harness.servers import kafka_and_redis, redis_version
@@ -175,20 +175,7 @@ def main() -> int:
 
         memory: dict[str, Any] = {}
         for held in (args.memory_impressions // 10, args.memory_impressions):
-            client.flushall()
-            baseline = int(client.info("memory")["used_memory"])
-            topic = create_topic(kafka.bootstrap, f"memory-{held}")
-            # Few judgments: the figure is about what impressions cost.
-            stream = [m for m in workload(int(held * 1.2), seed=7, judged_share=0.03)]
-            impressions = sum(1 for _, v in stream if b'"impression"' in v)
-            produce(kafka.bootstrap, topic, stream)
-            rss = service_rate(kafka.bootstrap, server.url, topic, len(stream), f"memory{held}").peak_rss
-            used = int(client.info("memory")["used_memory"]) - baseline
-            kinds = memory_by_kind(client, f"memory{held}")
-            memory[str(held)] = {"impressions": impressions, "redis_bytes_per_impression": round(used / impressions),
-                                 "service_peak_rss_mib": round(rss / 2**20, 1),
-                                 "bytes_per_impression_by_kind": {kind: round(n / impressions, 1)
-                                                                  for kind, n in sorted(kinds.items())}}
+            memory[str(held)] = held_memory(kafka.bootstrap, server.url, held)
             print(json.dumps(memory[str(held)]), file=sys.stderr)
         small, large = memory[str(args.memory_impressions // 10)], memory[str(args.memory_impressions)]
         memory["rss_ratio"] = round(large["service_peak_rss_mib"] / small["service_peak_rss_mib"], 3)

@@ -89,7 +89,7 @@ TARGETS = (
            "MEMORY USAGE of every key, drill-down rows included / impressions held, the drill-down bench's "
            "workload", Direction.AT_MOST, 300, " bytes",
            on="{answers[distinct_queries_in_window]} distinct queries, {memory[impressions]} impressions"),
-    Target("service RSS, 10x the impressions held", "service", ("memory", "rss_ratio"),
+    Target("service RSS, 10x the impressions held", "memory", ("memory", "rss_ratio"),
            "the service's peak RSS with N impressions held / with N/10 (N = 1,000,000 for the target)",
            Direction.AT_MOST, 1.2, on="{memory[impressions_held]} vs {memory[impressions_held_small]} impressions"),
     Target("judgment-to-metric p99", "latency", ("latency", "p99_ms"),

@@ -122,7 +122,11 @@ class Declared:
     state_cache_groups: int = setting(
         20_000, "query states kept in memory (LRU across all partitions), so that hot queries are not read back "
         "from Redis every batch, bounded by their groups (one query's impressions in one time bucket and "
-        "segment, ~3-10 KiB each); bounds the service's memory (0: none)", values.integer(0), metavar="N")
+        "segment) and by state_cache_mib, whichever is reached first (0: none)", values.integer(0), metavar="N")
+    state_cache_mib: int = setting(
+        128, "the most memory, in MiB, the cached query states may hold by their estimated size (a distinct "
+        "ranked list about 1.4 KiB, a group about 4 KiB): what bounds the service's memory as the impressions "
+        "held grow (0: no cache)", values.integer(0), metavar="MIB")
     # The formats `state.format` writes (its FORMAT_VERSION, and the ones before for a rollback).
     state_format: int = setting(
         8, "the Redis state format written: 8 (drill-down rows and impression ids in listpack-sized hashes), or 7 "

@@ -12,4 +12,5 @@
     pipeline.py         the service's batch pipeline in the bench's process, without Kafka: a writer,
                         and the cost of each step per event
     figures.py          percentiles of timings, Redis memory by key kind
+    held_memory.py      the service's peak RSS and Redis's bytes with a number of impressions held
 """

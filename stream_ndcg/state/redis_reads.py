@@ -119,6 +119,7 @@ class RedisReads(RedisClient):
         dedup_horizon_ms: int | None = None,
         wall_clock: bool = True,
         cache_groups: int = 20_000,
+        cache_bytes: int = 128 * 2**20,
         experiment_ttl_ms: int = 90 * 86_400_000,
         observe_round_trip: Callable[[float], None] = lambda seconds: None,
     ) -> None:
@@ -126,7 +127,7 @@ class RedisReads(RedisClient):
         self.namespace = namespace
         # Where this instance's keys live: the namespace, and a generation after each rebuild.
         self._space = namespace
-        self._cache = StateCache(cache_groups)
+        self._cache = StateCache(cache_groups, cache_bytes)
         self.bucket_ms = bucket_ms
         self.horizon_ms = horizon_ms
         self.state_ttl_ms = max(state_ttl_ms, horizon_ms)

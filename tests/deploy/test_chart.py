@@ -161,6 +161,7 @@ def test_the_environment_and_secret_file_are_valid_settings(values: str, tmp_pat
     if values == "maximal":
         assert settings.sasl_password == 'pa"ss' and settings.segment_labels == ("experiment", "engine", "locale")
         assert settings.api_token == "drill-token"
+        assert (settings.state_cache_groups, settings.state_cache_mib) == (50000, 384)
         policy = of(documents, "NetworkPolicy")
         assert {"port": "api", "protocol": "TCP"} in policy["spec"]["ingress"][1]["ports"]
     monitor = of(documents, "ServiceMonitor")

@@ -15,30 +15,41 @@ from stream_ndcg.devtools.redis_servers import RedisClusterNodes, RedisServer
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.engine import Engine
 from stream_ndcg.errors import ConfigError, StoreUnavailable
+from stream_ndcg.events import InvalidEvent
+from stream_ndcg.offline.replay import Replay
+from stream_ndcg.offline.totals import OVER_QUERIES
 from stream_ndcg.state import format as state_format
 from stream_ndcg.state import redis_reads
 from stream_ndcg.state.base import Commit, StateStore
 from stream_ndcg.state.redis import RedisStore
 from stream_ndcg.state.redis_reads import Client, connect
+from stream_ndcg.windows import window_means
 from tests.support.batches import apply_batch, parsed
 from tests.support.store_contract import BUCKET, DEDUP_HORIZON, HORIZON, MEASURE, T0, StoreContract
 
 pytestmark = pytest.mark.redis
 
+# A bound on the cache's bytes that holds a few of the contract's query states (`estimated_bytes`):
+# most leave it, and the largest never stays.
+EVICTING_BYTES = 250_000
+
 
 class TestRedisStore(StoreContract):
-    # redis-format-7 (and 6): as an instance told to write a previous format (`state_format`) writes.
-    @pytest.fixture(params=["redis-cold", "redis-cached", "redis-cluster", "redis-format-7", "redis-format-6"])
+    # redis-format-7 (and 6): as an instance told to write a previous format (`state_format`) writes;
+    # redis-evicting: a cache whose bound on bytes holds a few states, so that most leave it and
+    # are read back.
+    @pytest.fixture(params=["redis-cold", "redis-cached", "redis-evicting", "redis-cluster", "redis-format-7",
+                            "redis-format-6"])
     def store(self, request: pytest.FixtureRequest) -> Iterator[StateStore]:
         cluster = request.param == "redis-cluster"
         server = request.getfixturevalue("redis_cluster" if cluster else "redis_server")
         client = connect(server.url, cluster=cluster)
         # Without a cache every batch reads its query states back from Redis.
-        cache_groups = 1000 if request.param == "redis-cached" else 0
+        cache_groups = 1000 if request.param in ("redis-cached", "redis-evicting") else 0
         yield RedisStore(client, namespace=f"c-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
                          state_ttl_ms=HORIZON, dedup_horizon_ms=DEDUP_HORIZON, wall_clock=False,
-                         cache_groups=cache_groups,
-                         write_format=int(request.param[-1]) if "format" in request.param else 8)
+                         cache_groups=cache_groups, cache_bytes=EVICTING_BYTES if request.param == "redis-evicting"
+                         else 2**40, write_format=int(request.param[-1]) if "format" in request.param else 8)
         client.close()
 
 
@@ -261,4 +272,40 @@ def test_lists_written_by_format_1_and_again_by_format_2_add_up(redis_server: Re
     assert store.ranked_lists("t:0", "q") == {(T0 // BUCKET, "{}", ("b", "a")): 3, (T0 // BUCKET, "{}", ("a",)): 1}
     # Format 2 keeps a list in a few bytes: its documents' positions in the group.
     assert sorted(client.hkeys(lists)) == sorted([b'["{}",["b","a"]]', b'["{}",["a"]]', b"{}\x1f0,1"])
+    client.close()
+
+
+def test_states_the_byte_bound_evicts_are_read_back_and_every_ndcg_equals_the_replay(
+        redis_server: RedisServer) -> None:
+    client = connect(redis_server.url)
+    store = RedisStore(client, namespace=f"evict-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
+                       state_ttl_ms=HORIZON, wall_clock=False, cache_bytes=EVICTING_BYTES)
+    spec = SimulationSpec(events=3000, seed=21, queries=40, rate=20.0)
+    messages = [v for _, v in Simulator(spec).messages()]
+    engine, replay = Engine(MEASURE, BUCKET, horizon_ms=HORIZON), Replay(MEASURE, bucket_ms=BUCKET)
+    epoch = store.claim("t:0")
+    written: set[str] = set()
+    read_back = 0
+    for start in range(0, len(messages), 100):
+        batch = parsed(messages[start:start + 100])
+        # The queries this batch needs that were written before and are no longer cached: read from Redis.
+        needed = {event.query_id for event in batch if not isinstance(event, InvalidEvent)}
+        read_back += sum(1 for query_id in needed & written
+                         if store._cache.get("t:0", query_id, time.monotonic()) is None)
+        outcome = apply_batch(store, engine, "t:0", batch, epoch=epoch, next_offset=start + 100)
+        written |= outcome.touched.keys()
+        assert store._cache.bytes <= EVICTING_BYTES
+        for message in messages[start:start + 100]:
+            replay.add(message)
+        expected = replay.summary()["k"]
+        means = window_means(store.aggregates(), MEASURE.cutoffs)
+        for k, row in expected.items():
+            for name, value in row.items():
+                if name not in OVER_QUERIES:
+                    assert means[k][name] == pytest.approx(value, abs=1e-9), (start, k, name)
+    # What the test is about happened: states left the cache for their bytes (not their groups),
+    # were read back from Redis, and some stayed.
+    assert store._cache.groups < store._cache.most_groups
+    assert read_back > 100
+    assert 0 < sum(1 for query_id in written if store._cache.get("t:0", query_id, time.monotonic())) < len(written)
     client.close()

@@ -1,9 +1,13 @@
-"""The Redis store's cache of query states: bounded by groups across partitions, LRU, deadlines."""
+"""The Redis store's cache of query states: bounded by groups and by estimated bytes across partitions, LRU,
+deadlines."""
 
 from __future__ import annotations
 
 from stream_ndcg.query_state import Group, QueryState
-from stream_ndcg.state.cache import StateCache
+from stream_ndcg.state.cache import GROUP_BYTES, STATE_BYTES, StateCache, estimated_bytes
+
+# A bound on bytes that the tests of the bound on groups never reach.
+UNBOUNDED = 2**40
 
 
 def state(groups: int) -> QueryState:
@@ -11,7 +15,7 @@ def state(groups: int) -> QueryState:
 
 
 def test_least_recently_used_states_leave_first_once_their_groups_pass_the_bound() -> None:
-    cache = StateCache(most_groups=10)
+    cache = StateCache(most_groups=10, most_bytes=UNBOUNDED)
     cache.put("t:0", {"a": state(3), "b": state(3)}, deadline=100.0)  # 4 + 4 groups with the query itself
     assert cache.get("t:0", "a", now=1.0) is not None  # a is now the more recent
     cache.put("t:1", {"c": state(2)}, deadline=100.0)  # 11 groups: b goes
@@ -21,7 +25,7 @@ def test_least_recently_used_states_leave_first_once_their_groups_pass_the_bound
 
 
 def test_a_state_written_again_is_weighed_again() -> None:
-    cache = StateCache(most_groups=100)
+    cache = StateCache(most_groups=100, most_bytes=UNBOUNDED)
     grown = state(1)
     cache.put("t:0", {"a": grown}, deadline=100.0)
     grown.groups[(99, "{}")] = Group()
@@ -30,7 +34,7 @@ def test_a_state_written_again_is_weighed_again() -> None:
 
 
 def test_entries_expire_at_their_deadline_and_with_their_partition() -> None:
-    cache = StateCache(most_groups=100)
+    cache = StateCache(most_groups=100, most_bytes=UNBOUNDED)
     cache.put("t:0", {"a": state(1), "b": state(1)}, deadline=5.0)
     cache.put("t:1", {"a": state(1)}, deadline=50.0)
     assert cache.get("t:0", "a", now=5.0) is None
@@ -41,6 +45,57 @@ def test_entries_expire_at_their_deadline_and_with_their_partition() -> None:
 
 
 def test_a_zero_bound_keeps_nothing() -> None:
-    cache = StateCache(most_groups=0)
+    cache = StateCache(most_groups=0, most_bytes=UNBOUNDED)
     cache.put("t:0", {"a": state(2)}, deadline=100.0)
     assert cache.get("t:0", "a", now=1.0) is None and cache.groups == 0
+
+
+def listed(lists: int, length: int = 10) -> QueryState:
+    """A state of one group showing `lists` distinct lists of `length` results."""
+    group = Group()
+    for n in range(lists):
+        group.add_list(tuple(f"q{n}-d{rank}" for rank in range(length)), 1, length)
+    return QueryState(groups={(0, "{}"): group})
+
+
+def test_a_state_is_estimated_by_its_groups_distinct_lists_their_length_and_judged_documents() -> None:
+    assert estimated_bytes(state(0)) == STATE_BYTES
+    assert estimated_bytes(state(2)) == STATE_BYTES + 2 * GROUP_BYTES
+    few, many, longer = estimated_bytes(listed(10)), estimated_bytes(listed(1000)), estimated_bytes(listed(10, 40))
+    assert estimated_bytes(listed(0)) < few < longer < many
+    # A thousand lists of ten cost as much as a process holds for them: over a KiB each.
+    assert many - few > 990 * 1024
+    judged = listed(10)
+    judged.add_revision("q0-d0", (1, "e1", 2.0, "rater"), ("rater",))
+    assert estimated_bytes(judged) > few
+
+
+def test_least_recently_used_states_leave_first_once_their_bytes_pass_the_bound() -> None:
+    small, large = listed(2), listed(200)
+    cache = StateCache(most_groups=1000, most_bytes=estimated_bytes(large) + 2 * estimated_bytes(small) - 1)
+    cache.put("t:0", {"a": listed(2), "b": listed(2)}, deadline=100.0)
+    assert cache.get("t:0", "a", now=1.0) is not None  # a is now the more recent
+    cache.put("t:1", {"c": large}, deadline=100.0)  # past the bound by b
+    assert cache.get("t:0", "b", now=1.0) is None
+    assert cache.get("t:0", "a", now=1.0) is not None and cache.get("t:1", "c", now=1.0) is large
+    assert cache.bytes == estimated_bytes(large) + estimated_bytes(small) <= cache.most_bytes
+    assert cache.groups == 4
+
+
+def test_a_state_grown_past_the_bound_leaves_and_the_others_stay_while_they_fit() -> None:
+    grown = listed(2)
+    cache = StateCache(most_groups=1000, most_bytes=4 * estimated_bytes(grown))
+    cache.put("t:0", {"a": grown, "b": listed(2)}, deadline=100.0)
+    for n in range(400):
+        grown.groups[(0, "{}")].add_list(tuple(f"more{n}-d{rank}" for rank in range(10)), 1, 10)
+    cache.put("t:0", {"a": grown}, deadline=100.0)  # now the most recent, alone past the bound: all go
+    assert cache.get("t:0", "a", now=1.0) is None and cache.get("t:0", "b", now=1.0) is None
+    assert cache.bytes == 0 and cache.groups == 0
+    cache.put("t:0", {"b": listed(2)}, deadline=100.0)
+    assert cache.get("t:0", "b", now=1.0) is not None
+
+
+def test_a_zero_byte_bound_keeps_nothing() -> None:
+    cache = StateCache(most_groups=100, most_bytes=0)
+    cache.put("t:0", {"a": state(2)}, deadline=100.0)
+    assert cache.get("t:0", "a", now=1.0) is None and cache.bytes == 0
