@@ -122,7 +122,10 @@ def impression_cells(experiment: Experiment, impressions: Iterable[tuple[str, in
                                                                           Mapping[int, float | None]]],
                      bucket_ms: int) -> Cells:
     """The cells from scratch, from every impression's (query, time, segment, nDCG per cut-off):
-    the replay's batch computation, which the service's cells must equal."""
+    the replay's batch computation, which the service's cells must equal. Every figure of an arm's
+    query is there, 0 where no nDCG of it is defined, as in the sums it is recomputed from
+    (`metric.list_sums`, `metric.pooled_ndcg`): the service holds a figure it moved and moved back
+    (an impression scored while its query's pool had a judgment, unscored once it was retracted)."""
     terms: dict[tuple[str, str, str], list[float]] = {}
     for query_id, ts, segment, ndcg in impressions:
         arm = segment.get(experiment.label)
@@ -131,10 +134,11 @@ def impression_cells(experiment: Experiment, impressions: Iterable[tuple[str, in
         for name in (IMPRESSIONS, MOMENTS):
             terms.setdefault((arm, query_id, name), []).append(1.0)
         for k, value in ndcg.items():
-            if value is not None:
-                terms.setdefault((arm, query_id, scored_at(k)), []).append(1.0)
-                terms.setdefault((arm, query_id, ndcg_at(k)), []).append(value)
-                terms.setdefault((arm, query_id, ndcg_squares_at(k)), []).append(value * value)
+            # An undefined nDCG adds nothing to the figures (`metric.ndcg_sums`).
+            scored, defined = (0.0, 0.0) if value is None else (1.0, value)
+            terms.setdefault((arm, query_id, scored_at(k)), []).append(scored)
+            terms.setdefault((arm, query_id, ndcg_at(k)), []).append(defined)
+            terms.setdefault((arm, query_id, ndcg_squares_at(k)), []).append(defined * defined)
     return {key: math.fsum(values) for key, values in terms.items()}
 
 

@@ -4,6 +4,7 @@ recomputation (hypothesis), and their figures in the API and the replay."""
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from stream_ndcg import reconfigure
@@ -116,13 +117,28 @@ def replay_of(messages: list[bytes], measure: Measure, dedup_horizon_ms: int | N
     return replay
 
 
+# An arm's only impression shows an empty list; a judgment of a document it does not show makes
+# its nDCG 0 (scored) under the pool ideal, and the judgment's retraction makes it undefined again.
+_UNSCORED_AGAIN = [
+    *(orjson.dumps({"type": "impression", "query_id": "q0", "ts": 0, "results": [], "impression_id": f"i{serial}"})
+      for serial in range(23)),
+    b'{"type": "impression", "query_id": "q0", "ts": 0, "results": [], "segment": {"variant": "A"}, '
+    b'"impression_id": "i23"}',
+    b'{"type": "judgment", "query_id": "q0", "doc_id": "d3", "grade": 1, "ts": 0}',
+    b'{"type": "judgment", "query_id": "q0", "doc_id": "d3", "grade": null, "ts": 0, "event_id": "a"}',
+]
+
+
 @given(resent_streams(), measures, st.lists(st.integers(1, 6), min_size=60, max_size=60),
        st.sampled_from([None, 60_000, 180_000]), st.randoms(use_true_random=False), st.integers(0, 6))
+@example(_UNSCORED_AGAIN, Measure(cutoffs=(1, 3), gain="exponential", ideal="pool", sources=("raters", "coec", "sdbn")),
+         [1] * 60, None, random.Random(1), 0)
 def test_experiment_cells_equal_the_batch_recomputation_after_every_batch_in_any_order(
         messages: list[bytes], measure: Measure, batch_sizes: list[int], dedup_horizon_ms: int | None,
         rnd: Any, start_minute: int) -> None:
     # Any order: late judgments re-credit the groups an experiment counted, resent impressions are
     # duplicates (or new ones behind the dedup horizon), and buckets before the start never count.
+    messages = [*messages]
     rnd.shuffle(messages)
     experiment = Experiment("e", start_minute * 60_000, "variant", ("A", "B"), "A", 0.05, 100)
     engine = Engine(measure, dedup_horizon_ms=dedup_horizon_ms, query_credits=True)
