@@ -69,6 +69,9 @@ class QueryIndex:
     # Running windows kept: one per window and segment values for the exporter's figures over
     # queries (`over_queries`), and the windows of a page (with their previous ones) besides.
     MAX_VIEWS = 64
+    # A view's queries left unsettled beyond those it holds before it settles them unasked: a view
+    # only pages read (`window`) keeps at most this many more.
+    UNSETTLED_BEYOND_HELD = 10_000
 
     def __init__(self, fields: Sequence[str]) -> None:
         self.fields = tuple(fields)
@@ -184,8 +187,7 @@ class QueryIndex:
         for (_, segment, query_id), row in self._buckets.get(bucket, {}).items():
             self._move(view, segment, query_id, row, sign)
 
-    @staticmethod
-    def _move(view: _View, segment: str, query_id: str, row: Sequence[float], sign: float) -> None:
+    def _move(self, view: _View, segment: str, query_id: str, row: Sequence[float], sign: float) -> None:
         if view.admits:
             admitted = view.admitted.get(segment)
             if admitted is None:
@@ -194,6 +196,8 @@ class QueryIndex:
                 return
         total = view.sums.get(query_id)
         if query_id not in view.unsettled:
+            if len(view.unsettled) > len(view.sums) + self.UNSETTLED_BEYOND_HELD:
+                _settle(view)
             view.unsettled[query_id] = None if total is None else _cells(total, len(view.spreads))
         if total is None:
             total = view.sums[query_id] = [0.0] * len(row)
