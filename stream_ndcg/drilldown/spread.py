@@ -10,7 +10,7 @@ request costs what changed, not the queries the window holds. Each sum is kept e
 number of 2**-b (a product, of 2**-2b), b the finest binary place any value put in needed, so
 that what is taken out is what was put in and the figures are those of the queries' sums
 computed afresh, to the last bit but one rounding. A fixed grid of 2**-1074 (the least double)
-would be as exact, but its numbers of over a thousand bits made the moves the most of a scrape.
+would be as exact, but its numbers of over a thousand bits made each move about three times dearer.
 
     spread = QuerySpread()
     spread.move(None, (3.0, 2.1))        # a query enters with 3 impressions and a sum of 2.1
