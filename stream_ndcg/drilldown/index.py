@@ -48,8 +48,14 @@ class _View:
     admits: dict[str, str]
     # query -> summed row, over the buckets first..last of every partition and the wanted segments.
     sums: dict[str, list[float]] = field(default_factory=dict)
-    # Per cut-off, the nDCG's and the DCG's spread over the queries of `sums`.
+    # Per cut-off, the nDCG's and the DCG's spread over the queries of `sums` as they were when
+    # last settled (`QueryIndex.over_queries`).
     spreads: list[tuple[QuerySpread, QuerySpread]] = field(default_factory=list)
+    # query -> its cells (`_cells`) as the spreads hold them, for the queries whose sums moved since:
+    # a query re-credited by many rows between two requests moves the spreads once.
+    unsettled: dict[str, list[tuple[float, float]] | None] = field(default_factory=dict)
+    # segment key -> whether `admits` admits it (`matches` parses the key).
+    admitted: dict[str, bool] = field(default_factory=dict)
 
 
 class QueryIndex:
@@ -63,6 +69,9 @@ class QueryIndex:
     # Running windows kept: one per window and segment values for the exporter's figures over
     # queries (`over_queries`), and the windows of a page (with their previous ones) besides.
     MAX_VIEWS = 64
+    # A view's queries left unsettled beyond those it holds before it settles them unasked: a view
+    # only pages read (`window`) keeps at most this many more.
+    UNSETTLED_BEYOND_HELD = 10_000
 
     def __init__(self, fields: Sequence[str]) -> None:
         self.fields = tuple(fields)
@@ -128,6 +137,7 @@ class QueryIndex:
         """Per cut-off, the figures of `window`'s queries: the query-clustered standard errors of
         the nDCG and DCG means and the query-averaged means (`spread.QuerySpread`)."""
         view = self._view(first, last, wanted)
+        _settle(view)
         out = []
         for ndcg, dcg in view.spreads:
             ndcg_error, ndcg_query_mean = ndcg.figures()
@@ -177,24 +187,35 @@ class QueryIndex:
         for (_, segment, query_id), row in self._buckets.get(bucket, {}).items():
             self._move(view, segment, query_id, row, sign)
 
-    @staticmethod
-    def _move(view: _View, segment: str, query_id: str, row: Sequence[float], sign: float) -> None:
-        if view.admits and not matches(segment, view.admits):
-            return
+    def _move(self, view: _View, segment: str, query_id: str, row: Sequence[float], sign: float) -> None:
+        if view.admits:
+            admitted = view.admitted.get(segment)
+            if admitted is None:
+                admitted = view.admitted[segment] = matches(segment, view.admits)
+            if not admitted:
+                return
         total = view.sums.get(query_id)
-        before = None if total is None else _cells(total, len(view.spreads))
+        if query_id not in view.unsettled:
+            if len(view.unsettled) > len(view.sums) + self.UNSETTLED_BEYOND_HELD:
+                _settle(view)
+            view.unsettled[query_id] = None if total is None else _cells(total, len(view.spreads))
         if total is None:
             total = view.sums[query_id] = [0.0] * len(row)
         add_into(total, row, sign)
         # Impressions are whole numbers, exact in a float: a row that left for good left nothing.
         if total[0] <= 0.0:
             del view.sums[query_id]
-            after = None
-        else:
-            after = _cells(total, len(view.spreads))
+
+
+def _settle(view: _View) -> None:
+    """Move the view's spreads by what its queries' sums moved since they were last settled."""
+    for query_id, before in view.unsettled.items():
+        total = view.sums.get(query_id)
+        after = None if total is None else _cells(total, len(view.spreads))
         for i, (ndcg, dcg) in enumerate(view.spreads):
             ndcg.move(None if before is None else before[2 * i], None if after is None else after[2 * i])
             dcg.move(None if before is None else before[2 * i + 1], None if after is None else after[2 * i + 1])
+    view.unsettled.clear()
 
 
 def _cells(row: Sequence[float], cutoffs: int) -> list[tuple[float, float]]:
