@@ -30,7 +30,8 @@ from stream_ndcg.service import collect_garbage_for_batches
 from stream_ndcg.state.format import FORMAT_VERSION
 
 # The commands whose calls the shards multiply (re-expiry, fields moved when shards double, id lookups).
-COUNTED = ("pexpire", "pttl", "hset", "hdel", "hget", "hmget", "hgetall", "hincrby", "evalsha", "eval")
+COUNTED = ("pexpire", "pttl", "exists", "hset", "hdel", "hget", "hmget", "hgetall", "hincrby", "hincrbyfloat",
+           "zadd", "evalsha", "eval")
 BASELINE_FORMAT = 7
 
 

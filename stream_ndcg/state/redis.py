@@ -265,9 +265,11 @@ class RedisStore(RedisReads):
             else shard_format.encode_row if self.write_format >= 7 else state_format.encode_row)
         if self.write_format >= 8:
             # Format 8's shards, named by the script from their prefix (in the partition's slot),
-            # under the bucket's directory; the bucket's format 7 hash loses the rows written.
+            # under the bucket's directory; the bucket's format 7 hash loses the rows written. A new
+            # bucket takes its shard count from the bucket before it (its directory named last).
             rows = [[index(self._key(partition, "rowdir", b)), ttl(b), fields, b,
-                     index(self._key(partition, "rows", b)), self._key(partition, "rows", b, "")]
+                     index(self._key(partition, "rows", b)), self._key(partition, "rows", b, ""),
+                     self._key(partition, "rowdir", b - 1)]
                     for b, fields in row_writes.items()]
         else:
             rows = [[index(self._key(partition, "rows", b)), ttl(b), fields, b] for b, fields in row_writes.items()]
