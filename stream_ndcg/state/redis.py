@@ -43,7 +43,8 @@ from stream_ndcg.state import compact_format, experiment_format, shard_format
 from stream_ndcg.state import format as state_format
 from stream_ndcg.state.base import Commit, CommitInFlight, Snapshot
 from stream_ndcg.state.redis_reads import Client, RedisReads, text
-from stream_ndcg.state.redis_scripts import ADMIT, ADOPT, COMMIT, ROW_LOG_MS, SEEN_IDS
+from stream_ndcg.state.redis_scripts import ADMIT, ADOPT, COMMIT, ROW_LOG_MS
+from stream_ndcg.state.shard_scripts import SEEN_IDS
 from stream_ndcg.windows import bucket_ttl_ms, oldest_kept_bucket
 
 logger = logging.getLogger(__name__)
@@ -125,7 +126,8 @@ class RedisStore(RedisReads):
                 # Format 7's sorted set, then format 8's shards (either may hold ids of the dedup horizon).
                 pipe.zmscore(self._key(partition, "imp"), ids)
                 pipe.execute_command("EVAL", SEEN_IDS, 1, self._key(partition, "iddir"),
-                                     self._key(partition, "ids", ""), *ids)
+                                     self._key(partition, "ids", ""),
+                                     *[item for i in ids for item in (i, shard_format.name_hash(i))])
             pipe.hget(self._key(partition, "meta"), "clock")
             replies = pipe.execute()
         decoded: dict[str, QueryState] = {}
@@ -255,8 +257,10 @@ class RedisStore(RedisReads):
                  for (q, b), fields in state_format.list_increments(outcome, compacted).items()]
         impressions = [item for impression_id, bucket in outcome.impression_buckets.items()
                        for item in (str(bucket), impression_id)]
-        # Format 8 keeps them in the sharded hashes, format 7 in the sorted set.
-        ids, impressions = (impressions, []) if self.write_format >= 8 else ([], impressions)
+        # Format 8 keeps them in the sharded hashes (each with its `name_hash`), format 7 in the sorted set.
+        ids, impressions = (([item for impression_id, bucket in outcome.impression_buckets.items()
+                              for item in (str(bucket), impression_id, shard_format.name_hash(impression_id))], [])
+                            if self.write_format >= 8 else ([], impressions))
         aggs = [[index(self._key(partition, "agg", b)), ttl(b), str(b), fields]
                 for b, fields in state_format.aggregate_increments(outcome).items()]
         # The script logs the rows itself while a reader holds the lease: they cross the network once.

@@ -116,12 +116,12 @@ def test_rows_and_ids_of_format_7_are_continued_in_format_8(redis_server: RedisS
 
 def expiry_times(raw: redis.Redis, keys: list[bytes]) -> dict[bytes, int]:
     """Each key's expiry time (PEXPIRETIME: ms of the server's clock; -1 none)."""
-    return {key: int(raw.execute_command("PEXPIRETIME", key)) for key in keys}
+    return {key: int(raw.execute_command("PEXPIRETIME", key)) for key in keys}  # type: ignore[no-untyped-call]
 
 
 def test_no_shard_expires_before_its_reference_and_a_commit_re_expires_only_the_shards_it_creates(
         redis_server: RedisServer) -> None:
-    """The commit script's expiry rule (`redis_scripts.SHARD`): after every commit each shard of a
+    """The commit script's expiry rule (`shard_scripts.SHARD`): after every commit each shard of a
     bucket's rows expires no sooner than the bucket's directory, and each shard of a slot of ids no
     sooner than the slot's time in the ids' directory, those at least a horizon ahead; a new bucket
     starts at the shard count of the one before, its shards created by later commits expire too,
@@ -149,7 +149,7 @@ def test_no_shard_expires_before_its_reference_and_a_commit_re_expires_only_the_
             assert reference - now >= HORIZON
             shards = expiry_times(raw, list(raw.keys(f"{tag}:rows:{bucket}:*")))  # type: ignore[arg-type]
             assert len(shards) > 2 and all(at >= reference for at in shards.values()), (bucket, shards, reference)
-        ids = raw.hgetall(f"{tag}:iddir")
+        ids: dict[bytes, bytes] = raw.hgetall(f"{tag}:iddir")  # type: ignore[assignment]
         slots = [field for field in ids if field.endswith(b":x")]
         assert slots
         for slot in slots:
