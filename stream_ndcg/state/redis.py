@@ -270,10 +270,12 @@ class RedisStore(RedisReads):
         if self.write_format >= 8:
             # Format 8's shards, named by the script from their prefix (in the partition's slot),
             # under the bucket's directory; the bucket's format 7 hash loses the rows written. A new
-            # bucket takes its shard count from the bucket before it (its directory named last).
+            # bucket takes its shard count from the bucket before it (its directory named after the
+            # prefix); each row's query goes with its `name_hash`, so that Redis does not hash it.
             rows = [[index(self._key(partition, "rowdir", b)), ttl(b), fields, b,
                      index(self._key(partition, "rows", b)), self._key(partition, "rows", b, ""),
-                     self._key(partition, "rowdir", b - 1)]
+                     self._key(partition, "rowdir", b - 1),
+                     [shard_format.name_hash(field.partition("\x1f")[2]) for field in fields[::2]]]
                     for b, fields in row_writes.items()]
         else:
             rows = [[index(self._key(partition, "rows", b)), ttl(b), fields, b] for b, fields in row_writes.items()]

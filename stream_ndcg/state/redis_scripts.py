@@ -115,7 +115,7 @@ for _, a in ipairs(p.aggs) do
 end
 for _, r in ipairs(p.rows) do
   if r[5] then
-    sharded_rows(KEYS[r[1]], KEYS[r[5]], r[6], r[2], r[3], r[7], p.bucket_ms)
+    sharded_rows(KEYS[r[1]], KEYS[r[5]], r[6], r[2], r[3], r[8], r[7], p.bucket_ms)
   else
     for i = 1, #r[3], 200 do redis.call('HSET', KEYS[r[1]], unpack(r[3], i, math.min(i + 199, #r[3]))) end
     redis.call('PEXPIRE', KEYS[r[1]], r[2])

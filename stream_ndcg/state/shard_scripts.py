@@ -84,12 +84,13 @@ end
 
 # Format 8's rows of one bucket (`state.shard_format`): its directory `dir` (shard count n, field
 # count c, segments interned: k and segment -> index), its shards `prefix`..i, each row cut into
-# pieces of at most 64 bytes, the first led by the count; a row of format 7 in `old` is removed.
+# pieces of at most 64 bytes, the first led by the count, `hashes` the `shard_format.name_hash` of
+# each row's query; a row of format 7 in `old` is removed.
 # The shards double when they hold more than 64 fields each on average, so that each stays a
 # listpack; a new bucket starts at the shard count of the bucket before it (`before` its
 # directory), so that its rows are seldom moved.
 SHARDED_ROWS = SHARD + """
-local function sharded_rows(dir, old, prefix, ttl, fields, before, margin)
+local function sharded_rows(dir, old, prefix, ttl, fields, hashes, before, margin)
   local held_n = redis.call('HGET', dir, 'n')
   local n = tonumber(held_n or redis.call('HGET', before, 'n') or '1')
   local stale = redis.call('EXISTS', old) == 1
@@ -98,7 +99,7 @@ local function sharded_rows(dir, old, prefix, ttl, fields, before, margin)
     local f = fields[i]
     local cut = string.find(f, '\\31', 1, true)
     local segment, q = string.sub(f, 1, cut - 1), string.sub(f, cut + 1)
-    local at = shard(q, n)
+    local at = hashes[(i + 1) / 2] % n
     touched[at] = true
     rows[#rows + 1] = {segment, q, fields[i + 1], at, f}
   end
