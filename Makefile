@@ -104,6 +104,7 @@ bench: venv
 	$(BIN)/python -m bench.scrape_bench
 	$(BIN)/python -m bench.dedup_bench
 	$(BIN)/python -m bench.state_bench
+	$(BIN)/python -m bench.commit_cpu_bench
 	$(BIN)/python -m bench.steady_bench
 	$(BIN)/python -m bench.wait_bench
 	$(BIN)/python -m bench.versions_bench

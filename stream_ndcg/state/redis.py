@@ -43,7 +43,8 @@ from stream_ndcg.state import compact_format, experiment_format, shard_format
 from stream_ndcg.state import format as state_format
 from stream_ndcg.state.base import Commit, CommitInFlight, Snapshot
 from stream_ndcg.state.redis_reads import Client, RedisReads, text
-from stream_ndcg.state.redis_scripts import ADMIT, ADOPT, COMMIT, ROW_LOG_MS, SEEN_IDS
+from stream_ndcg.state.redis_scripts import ADMIT, ADOPT, COMMIT, ROW_LOG_MS
+from stream_ndcg.state.shard_scripts import SEEN_IDS
 from stream_ndcg.windows import bucket_ttl_ms, oldest_kept_bucket
 
 logger = logging.getLogger(__name__)
@@ -125,7 +126,8 @@ class RedisStore(RedisReads):
                 # Format 7's sorted set, then format 8's shards (either may hold ids of the dedup horizon).
                 pipe.zmscore(self._key(partition, "imp"), ids)
                 pipe.execute_command("EVAL", SEEN_IDS, 1, self._key(partition, "iddir"),
-                                     self._key(partition, "ids", ""), *ids)
+                                     self._key(partition, "ids", ""),
+                                     *[item for i in ids for item in (i, shard_format.name_hash(i))])
             pipe.hget(self._key(partition, "meta"), "clock")
             replies = pipe.execute()
         decoded: dict[str, QueryState] = {}
@@ -255,8 +257,10 @@ class RedisStore(RedisReads):
                  for (q, b), fields in state_format.list_increments(outcome, compacted).items()]
         impressions = [item for impression_id, bucket in outcome.impression_buckets.items()
                        for item in (str(bucket), impression_id)]
-        # Format 8 keeps them in the sharded hashes, format 7 in the sorted set.
-        ids, impressions = (impressions, []) if self.write_format >= 8 else ([], impressions)
+        # Format 8 keeps them in the sharded hashes (each with its `name_hash`), format 7 in the sorted set.
+        ids, impressions = (([item for impression_id, bucket in outcome.impression_buckets.items()
+                              for item in (str(bucket), impression_id, shard_format.name_hash(impression_id))], [])
+                            if self.write_format >= 8 else ([], impressions))
         aggs = [[index(self._key(partition, "agg", b)), ttl(b), str(b), fields]
                 for b, fields in state_format.aggregate_increments(outcome).items()]
         # The script logs the rows itself while a reader holds the lease: they cross the network once.
@@ -265,9 +269,13 @@ class RedisStore(RedisReads):
             else shard_format.encode_row if self.write_format >= 7 else state_format.encode_row)
         if self.write_format >= 8:
             # Format 8's shards, named by the script from their prefix (in the partition's slot),
-            # under the bucket's directory; the bucket's format 7 hash loses the rows written.
+            # under the bucket's directory; the bucket's format 7 hash loses the rows written. A new
+            # bucket takes its shard count from the bucket before it (its directory named after the
+            # prefix); each row's query goes with its `name_hash`, so that Redis does not hash it.
             rows = [[index(self._key(partition, "rowdir", b)), ttl(b), fields, b,
-                     index(self._key(partition, "rows", b)), self._key(partition, "rows", b, "")]
+                     index(self._key(partition, "rows", b)), self._key(partition, "rows", b, ""),
+                     self._key(partition, "rowdir", b - 1),
+                     [shard_format.name_hash(field.partition("\x1f")[2]) for field in fields[::2]]]
                     for b, fields in row_writes.items()]
         else:
             rows = [[index(self._key(partition, "rows", b)), ttl(b), fields, b] for b, fields in row_writes.items()]

@@ -3,7 +3,7 @@
 The scripts are called by `state.redis.RedisStore`, which builds their KEYS and ARGV: a key
 added here goes into `RedisStore._payload` too. Format 8's shards are the exception: the script
 names them from a prefix and the shard counts it keeps (they share the partition's hash tag, so
-its slot on a cluster).
+its slot on a cluster); their Lua, and its expiry rule, is in `state.shard_scripts`.
 
 Key layout (``ns`` is the namespace setting, followed by ``#<generation>`` once
 the state has been rebuilt for a new metric configuration; ``{ns:P}`` is a Redis
@@ -70,6 +70,8 @@ Cluster hash tag, so that everything of one input partition P =
 
 from __future__ import annotations
 
+from stream_ndcg.state.shard_scripts import SHARDED_IDS, SHARDED_ROWS
+
 # How many buckets' sums one round trip of `read_aggregates` asks for (a bucket is tens of sums).
 AGGREGATE_READ_BUCKETS = 1000
 # How long the row log keeps a commit's rows: a drill-down reader that comes back later than this
@@ -77,135 +79,6 @@ AGGREGATE_READ_BUCKETS = 1000
 ROW_LOG_MS = 120_000
 # How long the row log is written after the last drill-down read: an open page refreshes well within it.
 READER_LEASE_MS = 600_000
-
-# A shard of a name: the first 32 bits of its SHA-1, modulo the shard count (`shard_format.shard_of`).
-# `grow` doubles the shards prefix..0 to prefix..n-1 until they hold at most 64 fields each on
-# average, so that each stays a listpack (128 fields at most by the server's defaults): the fields
-# are named by what they are sharded by, or (`after_bar`) by it after their first '|'.
-SHARD = """
-local function shard(name, n)
-  return tonumber(string.sub(redis.sha1hex(name), 1, 8), 16) % n
-end
-local function grow(prefix, n, count, after_bar)
-  while count > 64 * n do
-    for i = 0, n - 1 do
-      local held = redis.call('HGETALL', prefix .. i)
-      for j = 1, #held, 2 do
-        local f = held[j]
-        local to = shard(after_bar and string.sub(f, string.find(f, '|', 1, true) + 1) or f, 2 * n)
-        if to ~= i then
-          redis.call('HSET', prefix .. to, f, held[j + 1])
-          redis.call('HDEL', prefix .. i, f)
-        end
-      end
-    end
-    n = 2 * n
-  end
-  return n
-end
-"""
-
-# Format 8's rows of one bucket (`state.shard_format`): its directory `dir` (shard count n, field
-# count c, segments interned: k and segment -> index), its shards `prefix`..i, each row cut into
-# pieces of at most 64 bytes, the first led by the count; a row of format 7 in `old` is removed.
-# The shards double when they hold more than 64 fields each on average, so that each stays a listpack.
-SHARDED_ROWS = SHARD + """
-local function sharded_rows(dir, old, prefix, ttl, fields)
-  local n = tonumber(redis.call('HGET', dir, 'n') or '1')
-  local stale = redis.call('EXISTS', old) == 1
-  local added = 0
-  for i = 1, #fields, 2 do
-    local f, text = fields[i], fields[i + 1]
-    local cut = string.find(f, '\\31', 1, true)
-    local segment, q = string.sub(f, 1, cut - 1), string.sub(f, cut + 1)
-    local index = redis.call('HGET', dir, segment)
-    if not index then
-      index = tostring(redis.call('HINCRBY', dir, 'k', 1) - 1)
-      redis.call('HSET', dir, segment, index)
-    end
-    local m = math.ceil((#text + 1) / 64)
-    local args = {index .. '|' .. q, string.char(48 + m) .. string.sub(text, 1, 63)}
-    for j = 1, m - 1 do
-      args[#args + 1] = index .. '~' .. j .. '|' .. q
-      args[#args + 1] = string.sub(text, 64 * j, 64 * j + 63)
-    end
-    added = added + redis.call('HSET', prefix .. shard(q, n), unpack(args))
-    if stale then redis.call('HDEL', old, f) end
-  end
-  n = grow(prefix, n, redis.call('HINCRBY', dir, 'c', added), true)
-  redis.call('HSET', dir, 'n', n)
-  -- Every shard, written now or not: under the event clock a TTL is not a fixed point in time.
-  for i = 0, n - 1 do redis.call('PEXPIRE', prefix .. i, ttl) end
-  redis.call('PEXPIRE', dir, ttl)
-end
-"""
-
-# Format 8's impression ids (`state.shard_format`): the directory `dir` (span: the buckets of a
-# slot, fixed at the first write; <slot> -> its shard count; <slot>:c its ids), the shards
-# prefix..<slot>:<i>, id -> its bucket less the slot's first.
-SHARDED_IDS = """
-local function remember_ids(dir, prefix, span, ttl, ids)
-  local held_span = redis.call('HGET', dir, 'span')
-  if held_span then span = tonumber(held_span) else redis.call('HSET', dir, 'span', span) end
-  local slots = {}
-  for i = 1, #ids, 2 do
-    local bucket = tonumber(ids[i])
-    local start = bucket - bucket % span
-    local slot = slots[start]
-    if not slot then
-      slot = {tonumber(redis.call('HGET', dir, start) or '1'), 0}
-      slots[start] = slot
-    end
-    local key = prefix .. start .. ':' .. shard(ids[i + 1], slot[1])
-    slot[2] = slot[2] + redis.call('HSET', key, ids[i + 1], bucket - start)
-  end
-  for start, slot in pairs(slots) do
-    local n = grow(prefix .. start .. ':', slot[1], redis.call('HINCRBY', dir, start .. ':c', slot[2]), false)
-    redis.call('HSET', dir, start, n)
-    -- Every shard of the slot: under the event clock a TTL is not a fixed point in time.
-    for i = 0, n - 1 do redis.call('PEXPIRE', prefix .. start .. ':' .. i, ttl) end
-  end
-  redis.call('PEXPIRE', dir, ttl)
-end
-local function forget_ids(dir, prefix, before)
-  local held = redis.call('HGETALL', dir)
-  local span = tonumber(redis.call('HGET', dir, 'span') or '0')
-  for i = 1, #held, 2 do
-    local f = held[i]
-    if f ~= 'span' and not string.find(f, ':', 1, true) and tonumber(f) + span <= before then
-      for s = 0, tonumber(held[i + 1]) - 1 do redis.call('DEL', prefix .. f .. ':' .. s) end
-      redis.call('HDEL', dir, f, f .. ':c')
-    end
-  end
-end
-"""
-
-# Which of ARGV[2...] (impression ids) format 8's shards hold (KEYS[1] their directory, ARGV[1]
-# their prefix): each id's bucket, or nil.
-SEEN_IDS = SHARD + """
-local held = redis.call('HGETALL', KEYS[1])
-local slots = {}
-for i = 1, #held, 2 do
-  if held[i] ~= 'span' and not string.find(held[i], ':', 1, true) then
-    slots[#slots + 1] = {held[i], tonumber(held[i + 1]), tonumber(held[i])}
-  end
-end
-local found = {}
-for j = 2, #ARGV do
-  local id = ARGV[j]
-  -- shard(id, n) for every slot's n, the digest taken once.
-  local hash = shard(id, 4294967296)
-  found[j - 1] = false
-  for _, slot in ipairs(slots) do
-    local at = redis.call('HGET', ARGV[1] .. slot[1] .. ':' .. (hash % slot[2]), id)
-    if at then
-      found[j - 1] = slot[3] + tonumber(at)
-      break
-    end
-  end
-end
-return found
-"""
 
 COMMIT = SHARDED_ROWS + SHARDED_IDS + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -233,7 +106,7 @@ for i = 1, #p.impressions, 500 do
   redis.call('ZADD', KEYS[5], unpack(p.impressions, i, math.min(i + 499, #p.impressions)))
 end
 if #p.impressions > 0 then redis.call('PEXPIRE', KEYS[5], p.imp_ttl) end
-if #p.ids > 0 then remember_ids(KEYS[9], p.id_prefix, p.id_span, p.imp_ttl, p.ids) end
+if #p.ids > 0 then remember_ids(KEYS[9], p.id_prefix, p.id_span, p.imp_ttl, p.bucket_ms, p.ids) end
 for _, a in ipairs(p.aggs) do
   for _, f in ipairs(a[4]) do redis.call('HINCRBYFLOAT', KEYS[a[1]], f[1], f[2]) end
   redis.call('PEXPIRE', KEYS[a[1]], a[2])
@@ -242,7 +115,7 @@ for _, a in ipairs(p.aggs) do
 end
 for _, r in ipairs(p.rows) do
   if r[5] then
-    sharded_rows(KEYS[r[1]], KEYS[r[5]], r[6], r[2], r[3])
+    sharded_rows(KEYS[r[1]], KEYS[r[5]], r[6], r[2], r[3], r[8], r[7], p.bucket_ms)
   else
     for i = 1, #r[3], 200 do redis.call('HSET', KEYS[r[1]], unpack(r[3], i, math.min(i + 199, #r[3]))) end
     redis.call('PEXPIRE', KEYS[r[1]], r[2])

@@ -4,7 +4,7 @@ A row's text is its sums as `compact_format.numbers_text` writes them (`encode_r
 with repeats, `encode_row_8`); `decode_row` reads those and format 6's. Format 7 kept a
 partition's rows of one bucket in one hash, ``<segment>\\x1f<query>`` -> the row's text: hundreds
 of rows, most texts over 64 bytes, so a hashtable (about 60 bytes of dict entry and headers a row).
-Format 8 keeps them in shards the commit script names and grows (`redis_scripts.SHARDED_ROWS`):
+Format 8 keeps them in shards the commit script names and grows (`shard_scripts.SHARDED_ROWS`):
 
     {ns:P}:rowdir:<bucket>        HASH  n: the shard count (a power of two), c: the fields the shards
                                         hold, k: the segments interned, <segment> -> its index
@@ -19,7 +19,7 @@ the row log keeps format 7's fields, so a log reader is unchanged. A row written
 removed from its bucket's format 7 hash in the same script; a reader reads both, format 8 last.
 
 The impression ids of format 8 are sharded the same way, by slots of buckets that go whole behind
-the dedup horizon (`redis_scripts.SHARDED_IDS`, looked up by `redis_scripts.SEEN_IDS`).
+the dedup horizon (`shard_scripts.SHARDED_IDS`, looked up by `shard_scripts.SEEN_IDS`).
 """
 
 from __future__ import annotations
@@ -55,9 +55,15 @@ def decode_row(raw: bytes | str) -> Row:
     return tuple(numbers_of(data.decode()))
 
 
+def name_hash(name: str) -> int:
+    """The first 32 bits of a name's SHA-1: its shard among any count is this modulo the count.
+    The store sends it with each impression id, so that the scripts do not hash the ids again."""
+    return int.from_bytes(hashlib.sha1(name.encode(), usedforsecurity=False).digest()[:4], "big")
+
+
 def shard_of(name: str, count: int) -> int:
     """The shard of a query (its row) among `count`: the commit script's `shard` (first 32 bits of its SHA-1)."""
-    return int(hashlib.sha1(name.encode(), usedforsecurity=False).hexdigest()[:8], 16) % count
+    return name_hash(name) % count
 
 
 def shard_count(directory: Mapping[Any, Any]) -> int:

@@ -112,3 +112,57 @@ def test_rows_and_ids_of_format_7_are_continued_in_format_8(redis_server: RedisS
     assert raw.hlen(old_rows) == QUERIES - 200
     assert rows_of(after) == rows_of(memory)
     raw.close()
+
+
+def expiry_times(raw: redis.Redis, keys: list[bytes]) -> dict[bytes, int]:
+    """Each key's expiry time (PEXPIRETIME: ms of the server's clock; -1 none)."""
+    return {key: int(raw.execute_command("PEXPIRETIME", key)) for key in keys}  # type: ignore[no-untyped-call]
+
+
+def test_no_shard_expires_before_its_reference_and_a_commit_re_expires_only_the_shards_it_creates(
+        redis_server: RedisServer) -> None:
+    """The commit script's expiry rule (`shard_scripts.SHARD`): after every commit each shard of a
+    bucket's rows expires no sooner than the bucket's directory, and each shard of a slot of ids no
+    sooner than the slot's time in the ids' directory, those at least a horizon ahead; a new bucket
+    starts at the shard count of the one before, its shards created by later commits expire too,
+    and a commit that creates no shard re-expires no shard."""
+    raw = redis.Redis.from_url(redis_server.url)
+    store = store_of(redis_server.url, f"ex-{uuid.uuid4().hex[:8]}", 8)
+    engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON, dedup_horizon_ms=DEDUP_HORIZON)
+    epochs = {id(store): store.claim("t:0")}
+    tag = f"{{{store.namespace}:t:0}}"
+    first, second = T0 // BUCKET, T0 // BUCKET + 1
+    offset = written((store,), [impressions(0, 300), impressions(300, 300)], engine, epochs)
+    grown = int(raw.hget(f"{tag}:rowdir:{first}", "n") or 0)
+    assert grown > 2
+    # The next bucket: a few queries (its directory new), then many more, whose shards did not exist.
+    later = [event.replace(b'"ts":%d' % (T0 + n), b'"ts":%d' % (T0 + BUCKET + n))
+             for n, event in zip(range(600, 1200), impressions(600, 600), strict=True)]
+    offset = written((store,), [later[:3], later[3:]], engine, epochs, offset)
+    assert int(raw.hget(f"{tag}:rowdir:{second}", "n") or 0) == grown
+
+    def check() -> None:
+        now = int(raw.time()[0]) * 1000
+        for bucket in (first, second):
+            directory = expiry_times(raw, [f"{tag}:rowdir:{bucket}".encode()])
+            reference = next(iter(directory.values()))
+            assert reference - now >= HORIZON
+            shards = expiry_times(raw, list(raw.keys(f"{tag}:rows:{bucket}:*")))  # type: ignore[arg-type]
+            assert len(shards) > 2 and all(at >= reference for at in shards.values()), (bucket, shards, reference)
+        ids: dict[bytes, bytes] = raw.hgetall(f"{tag}:iddir")  # type: ignore[assignment]
+        slots = [field for field in ids if field.endswith(b":x")]
+        assert slots
+        for slot in slots:
+            reference = int(ids[slot])
+            assert reference - now >= HORIZON
+            shards = expiry_times(raw, list(raw.keys(f"{tag}:ids:{slot[:-2].decode()}:*")))  # type: ignore[arg-type]
+            assert shards and all(at >= reference for at in shards.values()), (slot, shards, reference)
+
+    check()
+    # One more impression of a query already held: its shards all exist and the references are far enough.
+    expired_before = raw.info("commandstats").get("cmdstat_pexpire", {}).get("calls", 0)
+    written((store,), [[later[10].replace(b'"id-610"', b'"id-again"')]], engine, epochs, offset)
+    expired = raw.info("commandstats")["cmdstat_pexpire"]["calls"] - expired_before
+    check()
+    assert expired < grown, expired
+    raw.close()
