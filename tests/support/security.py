@@ -9,6 +9,6 @@ SERVICE_ACL = ("on", f">{REDIS_PASSWORD}", "~*", "resetchannels", "-@all",
                "+zmscore", "+smembers", "+sadd", "+sismember", "+scard",
                "+eval", "+incr",
                "+zrangebyscore", "+zadd", "+zrem", "+zremrangebyscore", "+hset", "+hdel", "+hincrby", "+hincrbyfloat",
-               "+pexpire", "+del",
+               "+pexpire", "+pttl", "+hmget", "+del",
                # The drill-down: its row log (written by the commit script while a reader holds the lease).
                "+exists", "+time", "+xadd", "+xrange", "+xrevrange")
