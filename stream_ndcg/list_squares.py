@@ -211,27 +211,26 @@ class ListSquares:
                     moves[old] = moves.get(old, 0) - counted
                     moves[new] = moves.get(new, 0) + counted
         numbers, unjudged = self.numbers, layout.unjudged
-        # (number, impressions) of the lists taken, and the new ones that show a judged document,
-        # scored together.
-        taken: list[tuple[int, int]] = []
-        scored: list[int] = []
+        # The new lists that show a judged document, with their impressions, scored together; a
+        # list held already has its DCGs as the rescoring above left them.
+        scored: list[tuple[int, int]] = []
         for ranked, count in self.pending.items():
             held = numbers.get(ranked)
             if held is None:
-                held = self._taken(ranked)
+                held = self._taken(ranked, count)
                 if not gains.keys().isdisjoint(tops[held]):
-                    scored.append(held)
-            counts[held] += count
-            taken.append((held, count))
+                    scored.append((held, count))
+            else:
+                counts[held] += count
+                known = dcgs[held]
+                # A list that shows no judged document adds nothing.
+                if known is not unjudged:
+                    moves[known] = moves.get(known, 0) + count
         if scored:
-            for number, new in zip(scored, list_dcgs([tops[number] for number in scored], gains, layout),
-                                   strict=True):
+            for (number, count), new in zip(scored, list_dcgs([tops[number] for number, _ in scored], gains, layout),
+                                            strict=True):
                 dcgs[number] = new
-        for number, count in taken:
-            known = dcgs[number]
-            # A list that shows no judged document adds nothing.
-            if known is not unjudged:
-                moves[known] = moves.get(known, 0) + count
+                moves[new] = moves.get(new, 0) + count
         self.pending = {}
         totals = self.totals
         for known, count in moves.items():
@@ -243,14 +242,14 @@ class ListSquares:
             self.found = {name: rounded(total) for name, total in zip(layout.names, totals, strict=True)}
         return self.found
 
-    def _taken(self, ranked: tuple[str, ...]) -> int:
-        """A list taken in: numbered and indexed, its DCGs those of a list that shows no judged
-        document until it is scored."""
+    def _taken(self, ranked: tuple[str, ...], count: int) -> int:
+        """A list taken in with `count` impressions: numbered and indexed, its DCGs those of a list
+        that shows no judged document until it is scored."""
         number = self.numbers[ranked] = len(self.tops)
         layout = self.layout
         top = _top(ranked, len(layout.discounts)) or ranked
         self.tops.append(top)
-        self.counts.append(0)
+        self.counts.append(count)
         self.dcgs.append(layout.unjudged)
         self.showing.added(number, top)
         return number
