@@ -120,18 +120,22 @@ Key = TypeVar("Key", bound=Hashable)
 
 class ListIndex(Generic[Key]):
     """The lists of one group that show each document, by the key its owner gives each list, once
-    it holds `INDEX_FROM` lists."""
+    it holds `INDEX_FROM` lists.
+
+    Each document's lists are a list, not a set: a list of a few keys takes far fewer bytes than a
+    set, and there is one per document a group shows. A key may stand twice in one (a list that
+    repeats a document); `showing` gives each once."""
 
     __slots__ = ("index",)
 
     def __init__(self) -> None:
-        self.index: defaultdict[str | None, set[Key]] | None = None
+        self.index: defaultdict[str | None, list[Key]] | None = None
 
     def added(self, key: Key, docs: Iterable[str | None]) -> None:
         """A list taken in, with the documents it shows."""
         if self.index is not None:
-            # Each document's set of lists, the list added to each, in the interpreter's own loops.
-            any(map(set.add, map(self.index.__getitem__, docs), repeat(key)))
+            # Each document's lists, the list added to each, in the interpreter's own loops.
+            any(map(list.append, map(self.index.__getitem__, docs), repeat(key)))
 
     def showing(self, docs: Set[str], listed: Iterable[tuple[Key, Collection[str | None]]],
                 size: int) -> Collection[Key]:
@@ -142,7 +146,7 @@ class ListIndex(Generic[Key]):
         if self.index is None:
             if size < INDEX_FROM:
                 return [key for key, shown in listed if not docs.isdisjoint(shown)]
-            self.index = defaultdict(set)
+            self.index = defaultdict(list)
             for key, shown in listed:
                 self.added(key, shown)
         index = self.index
