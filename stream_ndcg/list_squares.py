@@ -218,11 +218,19 @@ class ListSquares:
         # The new lists that show a judged document, with their impressions, scored together; a
         # list held already has its DCGs as the rescoring above left them.
         scored: list[tuple[int, int]] = []
+        depth, judged, index = len(layout.discounts), gains.keys(), self.showing
         for ranked, count in self.pending.items():
             held = numbers.get(ranked)
             if held is None:
-                held = self._taken(ranked, count)
-                if not gains.keys().isdisjoint(tops[held]):
+                # Taken in: numbered and indexed, its DCGs those of a list that shows no judged
+                # document until it is scored.
+                held = numbers[ranked] = len(tops)
+                top = _top(ranked, depth) or ranked
+                tops.append(top)
+                counts.append(count)
+                dcgs.append(unjudged)
+                index.added(held, top)
+                if not judged.isdisjoint(top):
                     scored.append((held, count))
             else:
                 counts[held] += count
@@ -245,15 +253,3 @@ class ListSquares:
         if changed:
             self.found = {name: rounded(total) for name, total in zip(layout.names, totals, strict=True)}
         return self.found
-
-    def _taken(self, ranked: tuple[str, ...], count: int) -> int:
-        """A list taken in with `count` impressions: numbered and indexed, its DCGs those of a list
-        that shows no judged document until it is scored."""
-        number = self.numbers[ranked] = len(self.tops)
-        layout = self.layout
-        top = _top(ranked, len(layout.discounts)) or ranked
-        self.tops.append(top)
-        self.counts.append(count)
-        self.dcgs.append(layout.unjudged)
-        self.showing.added(number, top)
-        return number
