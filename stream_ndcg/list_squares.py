@@ -175,7 +175,8 @@ class ListSquares:
         # Per cut-off, the sum over the lists counted so far; None: nothing counted yet.
         self.totals: list[int] | None = None
         # Impressions of lists taken since the last `sums`, not in `totals` yet.
-        self.pending: dict[tuple[str, ...], int] = {}
+        # (A list taken more than once stands once per time: no list is hashed to be taken.)
+        self.pending: list[tuple[tuple[str, ...], int]] = []
         self.layout = _layout((1,))
         # What the last `sums` gave, while `totals` stay as they were.
         self.found: dict[str, float] = {}
@@ -183,7 +184,7 @@ class ListSquares:
     def added(self, ranked: tuple[str, ...], count: int) -> None:
         """The group took `count` impressions of a list."""
         if self.totals is not None:
-            self.pending[ranked] = self.pending.get(ranked, 0) + count
+            self.pending.append((ranked, count))
 
     def sums(self, lists: Mapping[tuple[str, ...], int], gains: Mapping[str, float], cutoffs: tuple[int, ...],
              moved: Set[str], before: Mapping[str, float | None] | None = None) -> dict[str, float]:
@@ -194,7 +195,7 @@ class ListSquares:
         if self.totals is None or self.layout.cutoffs != cutoffs:
             self.numbers, self.tops, self.dcgs, self.counts = {}, [], [], []
             self.showing, self.layout = ListIndex(), _layout(cutoffs)
-            self.totals, self.pending = [0] * len(cutoffs), dict(lists)
+            self.totals, self.pending = [0] * len(cutoffs), list(lists.items())
             changed = True
         else:
             changed = False
@@ -215,11 +216,12 @@ class ListSquares:
                     moves[old] = moves.get(old, 0) - counted
                     moves[new] = moves.get(new, 0) + counted
         numbers, unjudged = self.numbers, layout.unjudged
-        # The new lists that show a judged document, with their impressions, scored together; a
-        # list held already has its DCGs as the rescoring above left them.
-        scored: list[tuple[int, int]] = []
+        # The new lists that show a judged document, scored together (each with all its impressions
+        # counted: they all came since the last call, a new list shown twice held on its second);
+        # a list held already has its DCGs as the rescoring above left them.
+        scored: list[int] = []
         depth, judged, index = len(layout.discounts), gains.keys(), self.showing
-        for ranked, count in self.pending.items():
+        for ranked, count in self.pending:
             held = numbers.get(ranked)
             if held is None:
                 # Taken in: numbered and indexed, its DCGs those of a list that shows no judged
@@ -231,19 +233,19 @@ class ListSquares:
                 dcgs.append(unjudged)
                 index.added(held, top)
                 if not judged.isdisjoint(top):
-                    scored.append((held, count))
+                    scored.append(held)
             else:
                 counts[held] += count
                 known = dcgs[held]
-                # A list that shows no judged document adds nothing.
+                # A list that shows no judged document adds nothing (nor, yet, one to be scored).
                 if known is not unjudged:
                     moves[known] = moves.get(known, 0) + count
         if scored:
-            for (number, count), new in zip(scored, list_dcgs([tops[number] for number, _ in scored], gains, layout),
-                                            strict=True):
+            for number, new in zip(scored, list_dcgs([tops[number] for number in scored], gains, layout),
+                                   strict=True):
                 dcgs[number] = new
-                moves[new] = moves.get(new, 0) + count
-        self.pending = {}
+                moves[new] = moves.get(new, 0) + counts[number]
+        self.pending = []
         totals = self.totals
         for known, count in moves.items():
             if count and any(known):
