@@ -108,6 +108,7 @@ bench: venv
 	$(BIN)/python -m bench.steady_bench
 	$(BIN)/python -m bench.wait_bench
 	$(BIN)/python -m bench.versions_bench
+	$(BIN)/python -m bench.squares_bench
 	$(BIN)/python -m bench.judge_bench
 	$(BIN)/python -m bench.targets
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from sys import intern
 
 from stream_ndcg.events import Click, Event, Impression, InvalidEvent, Judgment
 from stream_ndcg.group_sums import GroupSums
@@ -228,7 +229,9 @@ class Engine:
         if group is None:
             group = state.groups[key] = Group(lists_stored=self.measure.ideal == "list")
         group.impressions += 1
-        ranked = event.results[: self.measure.depth]
+        # One copy of each document id for every list that shows it, however many impressions
+        # brought it (each parsed event has its own strings): what a group holds is mostly its lists.
+        ranked = tuple(map(intern, event.results[: self.measure.depth]))
         group.add_list(ranked, 1, self.measure.depth)
         outcome.lists[(event.query_id, bucket, key[1], ranked)] = (
             outcome.lists.get((event.query_id, bucket, key[1], ranked), 0) + 1)

@@ -120,18 +120,22 @@ Key = TypeVar("Key", bound=Hashable)
 
 class ListIndex(Generic[Key]):
     """The lists of one group that show each document, by the key its owner gives each list, once
-    it holds `INDEX_FROM` lists."""
+    it holds `INDEX_FROM` lists.
+
+    Each document's lists are a list, not a set: a list of a few keys takes far fewer bytes than a
+    set, and there is one per document a group shows. A key may stand twice in one (a list that
+    repeats a document); `showing` gives each once."""
 
     __slots__ = ("index",)
 
     def __init__(self) -> None:
-        self.index: defaultdict[str | None, set[Key]] | None = None
+        self.index: defaultdict[str | None, list[Key]] | None = None
 
     def added(self, key: Key, docs: Iterable[str | None]) -> None:
         """A list taken in, with the documents it shows."""
         if self.index is not None:
-            # Each document's set of lists, the list added to each, in the interpreter's own loops.
-            any(map(set.add, map(self.index.__getitem__, docs), repeat(key)))
+            # Each document's lists, the list added to each, in the interpreter's own loops.
+            any(map(list.append, map(self.index.__getitem__, docs), repeat(key)))
 
     def showing(self, docs: Set[str], listed: Iterable[tuple[Key, Collection[str | None]]],
                 size: int) -> Collection[Key]:
@@ -142,7 +146,7 @@ class ListIndex(Generic[Key]):
         if self.index is None:
             if size < INDEX_FROM:
                 return [key for key, shown in listed if not docs.isdisjoint(shown)]
-            self.index = defaultdict(set)
+            self.index = defaultdict(list)
             for key, shown in listed:
                 self.added(key, shown)
         index = self.index
@@ -171,7 +175,8 @@ class ListSquares:
         # Per cut-off, the sum over the lists counted so far; None: nothing counted yet.
         self.totals: list[int] | None = None
         # Impressions of lists taken since the last `sums`, not in `totals` yet.
-        self.pending: dict[tuple[str, ...], int] = {}
+        # (A list taken more than once stands once per time: no list is hashed to be taken.)
+        self.pending: list[tuple[tuple[str, ...], int]] = []
         self.layout = _layout((1,))
         # What the last `sums` gave, while `totals` stay as they were.
         self.found: dict[str, float] = {}
@@ -179,7 +184,7 @@ class ListSquares:
     def added(self, ranked: tuple[str, ...], count: int) -> None:
         """The group took `count` impressions of a list."""
         if self.totals is not None:
-            self.pending[ranked] = self.pending.get(ranked, 0) + count
+            self.pending.append((ranked, count))
 
     def sums(self, lists: Mapping[tuple[str, ...], int], gains: Mapping[str, float], cutoffs: tuple[int, ...],
              moved: Set[str], before: Mapping[str, float | None] | None = None) -> dict[str, float]:
@@ -190,7 +195,7 @@ class ListSquares:
         if self.totals is None or self.layout.cutoffs != cutoffs:
             self.numbers, self.tops, self.dcgs, self.counts = {}, [], [], []
             self.showing, self.layout = ListIndex(), _layout(cutoffs)
-            self.totals, self.pending = [0] * len(cutoffs), dict(lists)
+            self.totals, self.pending = [0] * len(cutoffs), list(lists.items())
             changed = True
         else:
             changed = False
@@ -211,28 +216,36 @@ class ListSquares:
                     moves[old] = moves.get(old, 0) - counted
                     moves[new] = moves.get(new, 0) + counted
         numbers, unjudged = self.numbers, layout.unjudged
-        # (number, impressions) of the lists taken, and the new ones that show a judged document,
-        # scored together.
-        taken: list[tuple[int, int]] = []
+        # The new lists that show a judged document, scored together (each with all its impressions
+        # counted: they all came since the last call, a new list shown twice held on its second);
+        # a list held already has its DCGs as the rescoring above left them.
         scored: list[int] = []
-        for ranked, count in self.pending.items():
+        depth, judged, index = len(layout.discounts), gains.keys(), self.showing
+        for ranked, count in self.pending:
             held = numbers.get(ranked)
             if held is None:
-                held = self._taken(ranked)
-                if not gains.keys().isdisjoint(tops[held]):
+                # Taken in: numbered and indexed, its DCGs those of a list that shows no judged
+                # document until it is scored.
+                held = numbers[ranked] = len(tops)
+                top = _top(ranked, depth) or ranked
+                tops.append(top)
+                counts.append(count)
+                dcgs.append(unjudged)
+                index.added(held, top)
+                if not judged.isdisjoint(top):
                     scored.append(held)
-            counts[held] += count
-            taken.append((held, count))
+            else:
+                counts[held] += count
+                known = dcgs[held]
+                # A list that shows no judged document adds nothing (nor, yet, one to be scored).
+                if known is not unjudged:
+                    moves[known] = moves.get(known, 0) + count
         if scored:
             for number, new in zip(scored, list_dcgs([tops[number] for number in scored], gains, layout),
                                    strict=True):
                 dcgs[number] = new
-        for number, count in taken:
-            known = dcgs[number]
-            # A list that shows no judged document adds nothing.
-            if known is not unjudged:
-                moves[known] = moves.get(known, 0) + count
-        self.pending = {}
+                moves[new] = moves.get(new, 0) + counts[number]
+        self.pending = []
         totals = self.totals
         for known, count in moves.items():
             if count and any(known):
@@ -242,15 +255,3 @@ class ListSquares:
         if changed:
             self.found = {name: rounded(total) for name, total in zip(layout.names, totals, strict=True)}
         return self.found
-
-    def _taken(self, ranked: tuple[str, ...]) -> int:
-        """A list taken in: numbered and indexed, its DCGs those of a list that shows no judged
-        document until it is scored."""
-        number = self.numbers[ranked] = len(self.tops)
-        layout = self.layout
-        top = _top(ranked, len(layout.discounts)) or ranked
-        self.tops.append(top)
-        self.counts.append(0)
-        self.dcgs.append(layout.unjudged)
-        self.showing.added(number, top)
-        return number

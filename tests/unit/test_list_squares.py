@@ -1,0 +1,54 @@
+"""`ListSquares`: the sums of squares of a group's lists' DCGs, against each list scored afresh."""
+
+from __future__ import annotations
+
+import math
+
+from stream_ndcg.list_squares import ListSquares
+from stream_ndcg.metric import discount
+from stream_ndcg.vocabulary import dcg_squares_at
+
+
+def squares_scored_afresh(lists: dict[tuple[str, ...], int], gains: dict[str, float], k: int) -> float:
+    """The sum over impressions of DCG@k squared (each square rounded, the sum rounded once), each
+    list scored on its own (a repeat counted at its first rank)."""
+    squares: list[float] = []
+    for ranked, count in lists.items():
+        firsts = [doc if doc not in ranked[:rank] else None for rank, doc in enumerate(ranked[:k])]
+        dcg = math.fsum(gains.get(doc, 0.0) * discount(rank) for rank, doc in enumerate(firsts, 1) if doc)
+        squares += [dcg * dcg] * count
+    return math.fsum(squares)
+
+
+def test_a_new_list_taken_twice_between_two_sums_counts_every_impression() -> None:
+    squares = ListSquares()
+    gains = {"a": 1.0, "b": 3.0}
+    lists: dict[tuple[str, ...], int] = {}
+    assert squares.sums(lists, gains, (1, 3), set()) == {dcg_squares_at(1): 0.0, dcg_squares_at(3): 0.0}
+    shown = [("a", "x", "b"), ("x",), ("a", "x", "b"), ("b", "b", "a"), ("a", "x", "b")]
+    for ranked in shown:
+        squares.added(ranked, 1)
+        lists[ranked] = lists.get(ranked, 0) + 1
+    found = squares.sums(lists, gains, (1, 3), set())
+    assert found == {dcg_squares_at(k): squares_scored_afresh(lists, gains, k) for k in (1, 3)}
+    # At 1: three impressions of a list led by "a" (1.0 squared), one led by "b" (3.0 squared).
+    assert found[dcg_squares_at(1)] == 3 * 1.0 + 9.0
+
+
+def test_a_moved_grade_rescores_the_lists_taken_before_and_after_it() -> None:
+    squares = ListSquares()
+    gains = {"a": 1.0}
+    lists: dict[tuple[str, ...], int] = {}
+    squares.sums(lists, gains, (1, 3), set())
+    # Past the index's threshold, so that the moved grade finds its lists through the index.
+    for n in range(40):
+        ranked = (f"d{n}", "x", "a") if n % 2 else (f"d{n}", "a")
+        squares.added(ranked, 1 + n % 3)
+        lists[ranked] = lists.get(ranked, 0) + 1 + n % 3
+    squares.sums(lists, gains, (1, 3), set())
+    moved = {"x": 2.0, "a": 1.0}
+    squares.added(("x", "a"), 2)
+    lists[("x", "a")] = 2
+    found = squares.sums(lists, moved, (1, 3), {"x"}, {"x": None})
+    for k in (1, 3):
+        assert found[dcg_squares_at(k)] == squares_scored_afresh(lists, moved, k)
