@@ -224,13 +224,16 @@ class RedisReads(RedisClient):
         """The rows of `partitions` (None: every partition, listed in the same round trip): the logs
         of all those with a cursor read in one pipeline (`redis_rows`), the others whole."""
         following = {p: c for p, c in cursors.items() if c is not None and (partitions is None or p in partitions)}
-        with self._round_trip("row log read"):
-            pipe = self.client.pipeline(transaction=False)
-            if partitions is None:
-                pipe.smembers(f"{self._space}:partitions")
-            for partition, cursor in following.items():
-                redis_rows.queue_log_read(pipe, functools.partial(self._key, partition), cursor)
-            replies = pipe.execute() if len(pipe) else []
+        replies: list[Any] = []
+        # A partition read alone, whole, has no log to read: no round trip but the whole read's.
+        if partitions is None or following:
+            with self._round_trip("row log read"):
+                pipe = self.client.pipeline(transaction=False)
+                if partitions is None:
+                    pipe.smembers(f"{self._space}:partitions")
+                for partition, cursor in following.items():
+                    redis_rows.queue_log_read(pipe, functools.partial(self._key, partition), cursor)
+                replies = pipe.execute()
         if partitions is None:
             partitions = sorted(map(text, replies.pop(0)))
         size = redis_rows.LOG_READ_REPLIES
