@@ -73,8 +73,7 @@ class Explorer:
     def _refresh(self, now_ms: int) -> int:
         """Read what the store logged since the last answer; the oldest bucket held."""
         oldest = oldest_kept_bucket(now_ms, self.horizon_ms, self.view.bucket_ms)
-        for partition in self.store.partitions():
-            read = self.store.read_rows(partition, self._cursors.get(partition), oldest)
+        for partition, read in self.store.read_all_rows(self._cursors, oldest).items():
             if read.whole:
                 self.index.drop_partition(partition)
             for bucket, segment, query_id, row in read.rows:

@@ -143,6 +143,11 @@ class StateStore(Protocol):
         on when `cursor` is None or too old to read on from."""
         ...
 
+    def read_all_rows(self, cursors: Mapping[str, str | None], since_bucket: int) -> dict[str, RowRead]:
+        """`read_rows` of every partition, each on from its cursor in `cursors` (none: whole), read
+        together (the Redis store: the logs of all partitions with a cursor in one round trip)."""
+        ...
+
     def partitions(self) -> list[str]:
         """Every partition ever claimed."""
         ...

@@ -194,6 +194,10 @@ class MemoryStore:
         return RowRead(str(len(part.row_log)), False,
                        [row for written in part.row_log[int(cursor):] for row in written])
 
+    def read_all_rows(self, cursors: Mapping[str, str | None], since_bucket: int) -> dict[str, RowRead]:
+        return {partition: self.read_rows(partition, cursors.get(partition), since_bucket)
+                for partition in self.partitions()}
+
     def partitions(self) -> list[str]:
         return sorted(self._partitions)
 

@@ -23,11 +23,11 @@ from redis.exceptions import MovedError, RedisClusterException, RedisError
 from redis.sentinel import Sentinel
 
 from stream_ndcg.errors import StoreUnavailable
-from stream_ndcg.state import compact_format, experiment_format, shard_format
+from stream_ndcg.state import compact_format, experiment_format, redis_rows
 from stream_ndcg.state import format as state_format
 from stream_ndcg.state.base import ExperimentRead, RowRead
 from stream_ndcg.state.cache import StateCache
-from stream_ndcg.state.redis_scripts import AGGREGATE_READ_BUCKETS, READER_LEASE_MS
+from stream_ndcg.state.redis_scripts import AGGREGATE_READ_BUCKETS
 from stream_ndcg.vocabulary import AggregateKey
 from stream_ndcg.window_sums import AggregateRead
 
@@ -214,40 +214,39 @@ class RedisReads(RedisClient):
         return held
 
     def read_rows(self, partition: str, cursor: str | None, since_bucket: int) -> RowRead:
-        # A cursor is "<entry id>/<rowseq>" of the last entry read: the entries after it must carry
-        # rowseq + 1, + 2... up to the count, or rows were written that the log does not hold
-        # (trimmed, or written while no reader held the lease).
-        log, meta, lease = (self._key(partition, name) for name in ("rowlog", "meta", "reader"))
-        if cursor is not None:
-            last_id, _, seen = cursor.partition("/")
+        return self._read_rows({partition: cursor}, since_bucket, [partition])[partition]
+
+    def read_all_rows(self, cursors: Mapping[str, str | None], since_bucket: int) -> dict[str, RowRead]:
+        return self._read_rows(cursors, since_bucket, None)
+
+    def _read_rows(self, cursors: Mapping[str, str | None], since_bucket: int,
+                   partitions: list[str] | None) -> dict[str, RowRead]:
+        """The rows of `partitions` (None: every partition, listed in the same round trip): the logs
+        of all those with a cursor read in one pipeline (`redis_rows`), the others whole."""
+        following = {p: c for p, c in cursors.items() if c is not None and (partitions is None or p in partitions)}
+        replies: list[Any] = []
+        # A partition read alone, whole, has no log to read: no round trip but the whole read's.
+        if partitions is None or following:
             with self._round_trip("row log read"):
                 pipe = self.client.pipeline(transaction=False)
-                pipe.set(lease, 1, px=READER_LEASE_MS)
-                # The count first: a commit landing between the two reads adds an entry, never a gap.
-                pipe.hget(meta, "rowseq")
-                pipe.xrange(log, min=f"({last_id}")
-                _, written, entries = pipe.execute()
-            numbers = [int(values[b"n"]) for _, values in entries]
-            # Every entry since the cursor, none missing, up to the count read first.
-            if (numbers == list(range(int(seen) + 1, int(seen) + 1 + len(numbers)))
-                    and (numbers[-1] if numbers else int(seen)) >= int(written or 0)):
-                rows = [(bucket, *state_format.decode_row_field(field), shard_format.decode_row(value))
-                        for _, values in entries for bucket, field, value in orjson.loads(values[b"r"])]
-                return RowRead(_log_cursor(entries[-1]) if entries else cursor, False, rows)
-        with self._round_trip("row read"):
-            # The lease and the log's end first: every commit after them is logged, and rows read
-            # after them are at least as new (reading one again is harmless).
-            pipe = self.client.pipeline(transaction=False)
-            pipe.set(lease, 1, px=READER_LEASE_MS)
-            pipe.hget(meta, "rowseq")
-            pipe.xrevrange(log, count=1)
-            _, written, last = pipe.execute()
-            buckets: list[Any] = list(self.client.zrangebyscore(self._key(partition, "aggidx"), since_bucket, "+inf"))
-            rows = shard_format.read_buckets(self.client, functools.partial(self._key, partition), map(int, buckets))
-        newest = last[0] if last else None
-        cursor = (_log_cursor(newest) if newest is not None and int(newest[1][b"n"]) >= int(written or 0)
-                  else f"{text(newest[0]) if newest is not None else '0-0'}/{int(written or 0)}")
-        return RowRead(cursor, True, rows)
+                if partitions is None:
+                    pipe.smembers(f"{self._space}:partitions")
+                for partition, cursor in following.items():
+                    redis_rows.queue_log_read(pipe, functools.partial(self._key, partition), cursor)
+                replies = pipe.execute()
+        if partitions is None:
+            partitions = sorted(map(text, replies.pop(0)))
+        size = redis_rows.LOG_READ_REPLIES
+        logged = {p: redis_rows.rows_after(c, replies[at * size:(at + 1) * size])
+                  for at, (p, c) in enumerate(following.items())}
+        found: dict[str, RowRead] = {}
+        for partition in partitions:
+            read = logged.get(partition)
+            if read is None:
+                with self._round_trip("row read"):
+                    read = redis_rows.read_whole(self.client, functools.partial(self._key, partition), since_bucket)
+            found[partition] = read
+        return found
 
     def partitions(self) -> list[str]:
         with self._round_trip("partition list"):
@@ -380,11 +379,6 @@ class RedisReads(RedisClient):
     def check(self) -> None:
         with self._round_trip("ping"):
             self.client.ping()
-
-
-def _log_cursor(entry: Any) -> str:
-    entry_id, values = entry
-    return f"{text(entry_id)}/{int(values[b'n'])}"
 
 
 def text(value: Any) -> str:

@@ -78,6 +78,32 @@ def test_a_reader_behind_the_trimmed_row_log_reads_the_rows_whole(redis_server: 
     client.close()
 
 
+@pytest.mark.parametrize("cluster", [False, True], ids=["redis", "redis-cluster"])
+def test_every_partitions_rows_are_read_together_whole_only_where_a_log_has_a_gap(
+        request: pytest.FixtureRequest, cluster: bool) -> None:
+    server = request.getfixturevalue("redis_cluster" if cluster else "redis_server")
+    client = connect(server.url, cluster=cluster)
+    store = RedisStore(client, namespace=f"gap-{uuid.uuid4().hex[:8]}", bucket_ms=BUCKET, horizon_ms=HORIZON,
+                       state_ttl_ms=HORIZON, wall_clock=False)
+    engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+    messages = [v for _, v in Simulator(SimulationSpec(events=1200, seed=10, queries=10, rate=5.0)).messages()]
+    partitions = [f"t:{n}" for n in range(4)]
+    epochs = {p: store.claim(p) for p in partitions}
+    for at, partition in enumerate(partitions):
+        apply_batch(store, engine, partition, parsed(messages[at * 150:(at + 1) * 150]), epoch=epochs[partition],
+                    next_offset=150)
+    cursors: dict[str, str | None] = {p: read.cursor for p, read in store.read_all_rows({}, since_bucket=0).items()}
+    for at, partition in enumerate(partitions):
+        apply_batch(store, engine, partition, parsed(messages[600 + at * 150:750 + at * 150]), epoch=epochs[partition],
+                    next_offset=300)
+    # t:2's reader was away longer than its log is kept: the entries after its cursor trimmed.
+    client.xtrim(f"{{{store.namespace}:t:2}}:rowlog", maxlen=0)
+    together = store.read_all_rows(cursors, since_bucket=0)
+    assert [together[p].whole for p in partitions] == [False, False, True, False]
+    assert together == {p: store.read_rows(p, cursors[p], since_bucket=0) for p in partitions}
+    client.close()
+
+
 def test_the_row_log_is_written_only_while_a_reader_holds_its_lease(redis_server: RedisServer) -> None:
     client, store, engine, messages = one_partition(redis_server, "lease", events=600, seed=9)
     log = f"{{{store.namespace}:t:0}}:rowlog"

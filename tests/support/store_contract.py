@@ -121,6 +121,27 @@ class StoreContract:
         assert {b for b, _, _, _ in store.read_rows("t:0", None, since_bucket=newest).rows} == {newest}
         assert store.partitions() == ["t:0"]
 
+    def test_every_partitions_rows_are_read_together_as_each_alone(self, store: StateStore) -> None:
+        engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+        messages = [v for _, v in Simulator(SimulationSpec(events=900, seed=7, queries=20, rate=5.0)).messages()]
+        partitions = ["t:0", "t:1", "t:2"]
+        epochs = {p: store.claim(p) for p in partitions}
+        for at, partition in enumerate(partitions):
+            apply_batch(store, engine, partition, parsed(messages[at * 200:(at + 1) * 200]), epoch=epochs[partition],
+                        next_offset=200)
+        first = store.read_all_rows({}, since_bucket=0)
+        assert list(first) == partitions
+        assert all(read.whole and read.rows for read in first.values())
+        assert first == {p: store.read_rows(p, None, since_bucket=0) for p in partitions}
+        apply_batch(store, engine, "t:0", parsed(messages[600:750]), epoch=epochs["t:0"], next_offset=350)
+        apply_batch(store, engine, "t:2", parsed(messages[750:]), epoch=epochs["t:2"], next_offset=350)
+        # t:1 is read whole again, the others on from their cursors.
+        cursors = {"t:0": first["t:0"].cursor, "t:1": None, "t:2": first["t:2"].cursor}
+        later = store.read_all_rows(cursors, since_bucket=0)
+        assert [later[p].whole for p in partitions] == [False, True, False]
+        assert later["t:0"].rows and later["t:2"].rows
+        assert later == {p: store.read_rows(p, cursors[p], since_bucket=0) for p in partitions}
+
     def test_aggregates_are_read_whole_then_as_the_buckets_changed_since_a_mark(self, store: StateStore) -> None:
         engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
         messages = [v for _, v in Simulator(SimulationSpec(events=900, seed=6, queries=20, rate=2.0)).messages()]
