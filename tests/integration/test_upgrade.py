@@ -240,18 +240,6 @@ def test_state_of_format_6_is_continued_in_format_7_and_its_figures_equal_the_re
     assert new.stop() == 0
 
 
-def test_state_written_in_format_6_when_told_to_is_continued_by_the_release_before_format_7(
-        kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
-    """The rollback: the working tree with state_format = 6 hands its state back to the last
-    release that wrote format 6, which reads it and goes on; the figures equal the replay's."""
-    messages = simulated(8_000, seed=61)
-    before, after = messages[:4_000], messages[4_000:]
-    old, samples = first_then_second(None, FORMAT_6, kafka, service_env, services, tmp_path, before, after,
-                                     first_settings={"STREAM_NDCG_STATE_FORMAT": "6"})
-    assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == compared_gauges()
-    assert old.stop() == 0
-
-
 def test_state_of_format_7_is_continued_in_format_8_its_ids_kept_and_its_figures_equal_the_replays(
         kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
     messages = simulated(8_000, seed=67)
@@ -266,13 +254,15 @@ def test_state_of_format_7_is_continued_in_format_8_its_ids_kept_and_its_figures
     assert new.stop() == 0
 
 
-def test_state_written_in_format_7_when_told_to_is_continued_by_the_release_before_format_8(
-        kafka: KafkaBroker, service_env: dict[str, str], services: list[Service], tmp_path: Path) -> None:
-    """The rollback: the working tree with state_format = 7 hands its state back to the last
-    release that wrote format 7, which reads it and goes on; the figures equal the replay's."""
-    messages = simulated(8_000, seed=71)
+@pytest.mark.parametrize(("written", "release", "seed"), [(6, FORMAT_6, 61), (7, FORMAT_7, 71)])
+def test_state_written_in_an_earlier_format_when_told_to_is_continued_by_the_last_release_that_wrote_it(
+        written: int, release: str, seed: int, kafka: KafkaBroker, service_env: dict[str, str],
+        services: list[Service], tmp_path: Path) -> None:
+    """The rollback: the working tree with state_format = 6 or 7 hands its state back to the last
+    release that wrote that format, which reads it and goes on; the figures equal the replay's."""
+    messages = simulated(8_000, seed=seed)
     before, after = messages[:4_000], messages[4_000:]
-    old, samples = first_then_second(None, FORMAT_7, kafka, service_env, services, tmp_path, before, after,
-                                     first_settings={"STREAM_NDCG_STATE_FORMAT": "7"})
+    old, samples = first_then_second(None, release, kafka, service_env, services, tmp_path, before, after,
+                                     first_settings={"STREAM_NDCG_STATE_FORMAT": str(written)})
     assert expect_equal_to_replay(samples, replay_of(messages), "1d", CUTOFFS) == compared_gauges()
     assert old.stop() == 0
