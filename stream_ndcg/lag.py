@@ -30,7 +30,7 @@ class LagReport:
     # The last stable offset takes a round trip to the partitions' leaders.
     CHECK_S = 2.0
     # Kafka's committed offsets feed lag dashboards only (the store's are the truth), and a
-    # commit after every batch cost about 0.4 µs per event of a catch-up (bench/RESULTS.md, Service).
+    # commit costs the client far more CPU than a batch's share of it (bench/RESULTS.md, Service).
     COMMIT_S = 1.0
 
     def __init__(self, source: Source, exporter: Exporter) -> None:
