@@ -227,8 +227,7 @@ def _impression(obj: dict[str, Any], limits: Limits) -> Impression:
 
 
 # Segments found valid, as messages give them (pairs in their order), with the event's sorted pairs and their longest
-# string: a stream repeats a few, and checking and sorting each again was a good part of an impression's parse
-# (bench/RESULTS.md, Service).
+# string: a stream repeats a few, and checking and sorting each again was a good part of an impression's parse.
 _KNOWN_SEGMENTS: dict[tuple[tuple[str, Any], ...], tuple[tuple[tuple[str, str], ...], int]] = {}
 KNOWN_SEGMENTS = 10_000
 
