@@ -66,9 +66,9 @@ class ServiceProcess:
             time.sleep(0.2)
         raise RuntimeError(f"the service was not ready after {timeout:.0f} s")
 
-    def gauge(self, name: str) -> float | None:
+    def gauge(self, name: str, timeout: float = 5) -> float | None:
         """A gauge of the service's /metrics without labels, or None if it has none of that name."""
-        body = urlopen(self.metrics_url, timeout=5).read().decode()  # noqa: S310
+        body = urlopen(self.metrics_url, timeout=timeout).read().decode()  # noqa: S310
         for family in text_string_to_metric_families(body):
             if family.name == name and family.samples:
                 return float(family.samples[0].value)
@@ -202,7 +202,7 @@ def service_rate(bootstrap: str, redis_url: str, topic: str, total: int, namespa
                 taken = done - first_count
                 return CatchUp(taken / (now - started), services[0].peak_rss, cores,
                                round(1e6 * sum(by_instance) / taken, 2), [round(s, 2) for s in by_instance],
-                               held_partitions(services), even is not None)
+                               held_partitions(services, timeout=_LAST_SCRAPE_TIMEOUT), even is not None)
             services[0].sample_rss()
             time.sleep(0.05)
     finally:
@@ -211,13 +211,18 @@ def service_rate(bootstrap: str, redis_url: str, topic: str, total: int, namespa
         client.close()
 
 
-def held_partitions(services: list[ServiceProcess]) -> list[int | None]:
+# The first scrape after a catch-up brings the drill-down's query figures up to date over every row
+# the catch-up wrote, which on a loaded machine takes longer than a scrape of a running service.
+_LAST_SCRAPE_TIMEOUT = 120.0
+
+
+def held_partitions(services: list[ServiceProcess], timeout: float = 5) -> list[int | None]:
     """The partitions each service holds (its assigned_partitions gauge); None for one whose
-    /metrics does not answer yet."""
+    /metrics does not answer (yet, or within `timeout` seconds)."""
     held: list[int | None] = []
     for service in services:
         try:
-            gauge = service.gauge(MetricName.ASSIGNED_PARTITIONS)
+            gauge = service.gauge(MetricName.ASSIGNED_PARTITIONS, timeout)
         except OSError:
             gauge = None
         held.append(None if gauge is None else int(gauge))
