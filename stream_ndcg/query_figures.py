@@ -28,6 +28,10 @@ from stream_ndcg.errors import StoreUnavailable
 
 logger = logging.getLogger(__name__)
 
+# How long `stop` waits for a computation under way (a Redis read that waits for its timeout):
+# the thread is a daemon, and a shutdown does not wait longer for figures nobody will read.
+STOP_WAIT_S = 10.0
+
 # Per window and segment values, per cut-off, the figures over the window's queries.
 Figures = dict[int, dict[tuple[str, ...], list[dict[str, float | None]]]]
 Wanted = Mapping[int, Iterable[tuple[str, ...]]]
@@ -61,8 +65,8 @@ class PeriodicQueryFigures:
             raise ValueError(f"an interval of {interval_s} s")
         self.compute, self.windows_end, self.interval_s, self.clock = compute, windows_end, interval_s, clock
         self._last: Computed | None = None
-        # The windows and segment values asked for since the last computation began: the next computes
-        # them and those of the last (a segment value's figures are kept once asked for; segment_cap bounds them).
+        # Every window and segment values asked for so far: each computation computes them all (a
+        # value that leaves the windows stays; segment_cap bounds them).
         self._asked: dict[int, set[tuple[str, ...]]] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -86,7 +90,7 @@ class PeriodicQueryFigures:
         windows ending now; None before anything was asked or any event applied."""
         now_ms = self.windows_end()
         with self._lock:
-            if now_ms is None or (self._last is None and not self._asked):
+            if now_ms is None or not self._asked:
                 return None
         return self._computed(now_ms)
 
@@ -97,10 +101,7 @@ class PeriodicQueryFigures:
 
     def _computed(self, now_ms: int) -> Computed:
         with self._lock:
-            held = self._last.wanted if self._last is not None else {}
-            wanted = {window: held.get(window, frozenset()) | self._asked.get(window, set())
-                      for window in {*held, *self._asked}}
-            self._asked = {}
+            wanted = {window: frozenset(values) for window, values in self._asked.items()}
         at_s = self.clock()
         computed = Computed(self.compute(now_ms, wanted), wanted, now_ms, at_s)
         with self._lock:
@@ -123,10 +124,10 @@ class PeriodicQueryFigures:
         return self._thread is not None and self._thread.is_alive()
 
     def stop(self) -> None:
-        """Stop the refresher, waiting for a computation under way to end."""
+        """Stop the refresher, waiting up to STOP_WAIT_S for a computation under way to end."""
         self._stopping.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(timeout=STOP_WAIT_S)
             self._thread = None
 
     def _run(self) -> None:
