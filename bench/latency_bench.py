@@ -2,6 +2,7 @@
 real local Kafka and Redis.
 
     python -m bench.latency_bench [--start-rate 2000] [--steps 5] [--step-seconds 20] [--probes 200] [--quick]
+    python -m bench.latency_bench --probe-rate 1000 --results /tmp/trial/RESULTS.md   # two trees, one rate
 
 About six minutes as it stands, two and a half with --quick (3 steps of 10 s, 30 probes).
 
@@ -16,8 +17,9 @@ About six minutes as it stands, two and a half with --quick (3 steps of 10 s, 30
    one at a time; each one's time from its produce call to the response of the first scrape of
    /metrics that shows its change (the probe scrapes again as soon as a scrape answers), and
    that scrape's own duration, and how long the service's loop waited for a core meanwhile
-   (runnable, not running: the machine's part); then the same with drilldown=false, whose
-   scrapes do not bring the drill-down's query figures up to date.
+   (runnable, not running: the machine's part); then the same with drilldown=false, which keeps
+   no per-query rows and no query figures (with it on, a thread brings those up to date every
+   query_figures_interval and the scrapes serve the last computation).
 
 The paced load runs in a process of its own, so that its producer does not hold the bench's
 GIL while the probe times its judgments; it still shares the machine's cores with the service,
@@ -312,20 +314,25 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=5, help="paced loads in the search for the sustained maximum")
     parser.add_argument("--step-seconds", type=float, default=20.0, help="how long each of them lasts")
     parser.add_argument("--probes", type=int, default=200)
+    parser.add_argument("--probe-rate", type=float, help="probe at this rate, no sustained maximum searched for: "
+                        "two trees compared at one rate (not the target's figure: keep it out of RESULTS.md)")
     args = parser.parse_args()
     if args.quick:
         args.steps, args.step_seconds, args.probes = 3, 10.0, 30
     result: dict[str, Any] = {"bench": "latency", "load_average_before": round(os.getloadavg()[0], 1)}
     with kafka_and_redis("latency") as (kafka, server):
         servers = {name: pid for name, pid in (("kafka", kafka.pid), ("redis", server.pid)) if pid is not None}
-        result["sustained"] = sustained_maximum(kafka.bootstrap, server.url, servers, args.start_rate, args.steps,
-                                                args.step_seconds)
-        maximum = result["sustained"]["events_per_s"]
+        result["sustained"] = (
+            sustained_maximum(kafka.bootstrap, server.url, servers, args.start_rate, args.steps, args.step_seconds)
+            if args.probe_rate is None else
+            {"events_per_s": None, "lowest_not_kept_up": None, "step_seconds": 0, "steps": [],
+             "probe_rate": args.probe_rate})
+        maximum = result["sustained"]["events_per_s"] if args.probe_rate is None else 2 * args.probe_rate
         if maximum is None:
             result["latency"] = {"error": f"no paced rate tried was kept up with, down to {args.start_rate} / "
                                           f"2**{args.steps - 1} events/s"}
         else:
-            # The same without the drill-down, whose query figures each scrape brings up to date:
+            # The same without the drill-down (no per-query rows written, no query figures brought up to date):
             # what they add to the latency.
             for key, settings in (("latency", {}), ("latency_without_drilldown", {"drilldown": "false"})):
                 redis.Redis.from_url(server.url).flushall()
@@ -358,7 +365,9 @@ def section(result: dict[str, Any]) -> str:
         "",
         f"Sustained maximum: {sustained['events_per_s'] or 'none found'} events/s"
         + (f" (the lowest rate not kept up with: {sustained['lowest_not_kept_up']})"
-           if sustained["lowest_not_kept_up"] else "") + ".",
+           if sustained["lowest_not_kept_up"] else "") + "."
+        if "probe_rate" not in sustained else
+        f"Sustained maximum: not searched for; probed at the rate given, {sustained['probe_rate']:g} events/s.",
         "",
         "| figure | measured | target |",
         "|---|---:|---|",
@@ -367,7 +376,8 @@ def section(result: dict[str, Any]) -> str:
         rows.append(f"| judgment-to-metric latency | not measured: {lat['error']} | p99 < 150 ms |")
     else:
         rows += [
-            f"| judgment-to-metric latency at {lat['load_events_per_s']} events/s (half the sustained maximum), "
+            f"| judgment-to-metric latency at {lat['load_events_per_s']} events/s "
+            f"({'the rate given' if 'probe_rate' in sustained else 'half the sustained maximum'}), "
             f"produce to the response of the first scrape showing it | p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms "
             f"({lat['probes']} probes) | p99 < 150 ms |",
             f"| of which the scrape that showed it, from its request to its response | p50 {lat['scrape']['p50_ms']} "
@@ -380,7 +390,7 @@ def section(result: dict[str, Any]) -> str:
         ]
     without = result.get("latency_without_drilldown", {})
     if "p99_ms" in without:
-        rows += [f"| the same with drilldown=false (no query figures brought up to date in each scrape) | p50 "
+        rows += [f"| the same with drilldown=false (no per-query rows, no query figures) | p50 "
                  f"{without['p50_ms']} ms, p99 {without['p99_ms']} ms; the scrape p50 {without['scrape']['p50_ms']} "
                  f"ms, p99 {without['scrape']['p99_ms']} ms; the loop waiting for a core p50 "
                  f"{without['loop_waiting_for_a_core']['p50_ms']} ms, p99 "

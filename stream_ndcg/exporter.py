@@ -16,7 +16,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 
@@ -39,6 +39,7 @@ from stream_ndcg.config import Settings
 from stream_ndcg.errors import StoreUnavailable
 from stream_ndcg.judge_metrics import JudgeCollector
 from stream_ndcg.listener import Listener, respond
+from stream_ndcg.query_figures import PeriodicQueryFigures
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.state.base import StateStore
 from stream_ndcg.vocabulary import (
@@ -122,8 +123,8 @@ class _StoreCollector(Collector):
         self.clock = clock
         self.on_error = on_error
         self.totals = WindowTotals(store, view)
-        # The drill-down's figures over queries, where it keeps per-query rows (`Exporter.query_figures`).
-        self.query_figures: QueryFigures | None = None
+        # The drill-down's figures over queries, where it keeps per-query rows (`Exporter.export_query_figures`).
+        self.query_figures: PeriodicQueryFigures | None = None
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -194,10 +195,17 @@ class _StoreCollector(Collector):
                                     "Impressions of the window whose squares the sums of squares hold (all of "
                                     "them, but after an upgrade from state format 4).",
                                     labels=["pipeline", "window", *seg])
+        as_of = GaugeMetricFamily(MetricName.QUERY_FIGURES_TIMESTAMP, "When the figures over queries (clustered "
+                                  "errors, query-averaged means, queries) were last brought up to date, Unix "
+                                  "seconds: they are served from that computation until the next.",
+                                  labels=["pipeline"])
         if now is not None:
             totals = self.totals.at(now)
-            queries = (self.query_figures(now, {window: list(totals[window]) for window in view.windows_ms})
-                       if self.query_figures is not None else None)
+            queries = None
+            if self.query_figures is not None:
+                computed = self.query_figures.latest(now, {window: list(totals[window]) for window in view.windows_ms})
+                queries = computed.figures
+                as_of.add_metric(pipeline, computed.at_s)
             for window in view.windows_ms:
                 name = format_duration(window)
                 for label_values, sums in sorted(totals[window].items()):
@@ -216,6 +224,7 @@ class _StoreCollector(Collector):
         yield from (family for family, _ in gauges)
         if self.query_figures is not None:
             yield from (family for family, _ in by_query)
+            yield as_of
         yield impressions
         yield squared
 
@@ -247,9 +256,6 @@ _QUERY_GAUGES = (
      "ndcg_query_mean"),
     (MetricName.QUERIES, "Queries with impressions in the window.", "queries"),
 )
-# Per window and segment values asked for, per cut-off, the figures over the window's queries.
-QueryFigures = Callable[[int, Mapping[int, list[tuple[str, ...]]]],
-                        dict[int, dict[tuple[str, ...], list[dict[str, float | None]]]]]
 
 
 def _number(value: float | None) -> float:
@@ -329,12 +335,15 @@ class Exporter:
     def serve(self, host: str, port: int, ready: Callable[[], bool]) -> int:
         """Serve /metrics, /healthz and /readyz in a daemon thread; return the bound port."""
         self._listener = serve_metrics(self.registry, host, port, ready)
+        if self._collector is not None and self._collector.query_figures is not None:
+            self._collector.query_figures.start()
         threading.Thread(target=self.warm_up, name="window-sums-warm-up", daemon=True).start()
         return self._listener.port
 
-    def export_query_figures(self, figures: QueryFigures) -> None:
-        """Export the clustered standard errors, query-averaged means and query counts from
-        `figures` (the drill-down's `Explorer.query_figures`: with drilldown = false there is none)."""
+    def export_query_figures(self, figures: PeriodicQueryFigures) -> None:
+        """Export the clustered standard errors, query-averaged means and query counts of
+        `figures` (the drill-down's `Explorer.figures`: with drilldown = false there is none), which
+        `serve` then brings up to date in a thread of their own, every interval, until `close`."""
         if self._collector is not None:
             self._collector.query_figures = figures
 
@@ -344,6 +353,8 @@ class Exporter:
             self._collector.warm_up()
 
     def close(self) -> None:
+        if self._collector is not None and self._collector.query_figures is not None:
+            self._collector.query_figures.stop()
         if self._listener is not None:
             self._listener.close()
             self._listener = None

@@ -71,7 +71,7 @@ def explorer(settings: Settings, window_totals: WindowTotals | None = None) -> E
                     settings.horizon, window_totals=window_totals,
                     clicks=ClickEvidence(wiring.judge_store(settings), settings.key_namespace),
                     control=(label, value) if settings.control else None, alpha=settings.alpha,
-                    n_star=settings.n_star)
+                    n_star=settings.n_star, query_figures_interval_s=settings.query_figures_interval / 1000)
 
 
 def experiment_reports(settings: Settings) -> ExperimentReports:
@@ -86,7 +86,7 @@ def run(settings: Settings) -> int:
     closing = [exporter.close]
     if settings.drilldown:
         reader = explorer(settings, exporter.window_totals)
-        exporter.export_query_figures(reader.query_figures)
+        exporter.export_query_figures(reader.figures)
     if settings.api_port and settings.drilldown:
         api = Api(reader, token=settings.api_token, experiments=experiment_reports(settings))
         api_port = api.serve(settings.api_host, settings.api_port)

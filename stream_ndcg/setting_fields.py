@@ -169,6 +169,10 @@ class Declared:
     drilldown: bool = setting(
         True, "keep the per-query rows the drill-down API reads (false saves their Redis memory and upkeep, and turns "
         "the API off); set it alike on every instance of a group", values.boolean, metavar="BOOL")
+    query_figures_interval: int = setting(
+        5_000, "how often the drill-down's figures over queries (clustered errors, query-averaged means, queries) "
+        "are brought up to date for /metrics and the API's summary, in a thread; served from the last computation "
+        "in between (0: by every scrape and summary, as it asks)", values.duration(0), metavar=DURATION)
     api_host: str = setting(
         "127.0.0.1", "bind address of the drill-down API and page; loopback by default: query strings can be "
         "personal data", values.word, metavar="HOST")

@@ -192,6 +192,7 @@ class MetricName:
     DCG_CLUSTERED_STANDARD_ERROR: Final = f"{PREFIX}_dcg_clustered_standard_error"
     NDCG_QUERY_MEAN: Final = f"{PREFIX}_ndcg_query_mean"
     QUERIES: Final = f"{PREFIX}_queries"
+    QUERY_FIGURES_TIMESTAMP: Final = f"{PREFIX}_query_figures_timestamp_seconds"
     # `judge`'s, read from its shared state at scrape time.
     JUDGE_EVENTS: Final = f"{PREFIX}_judge_events"
     JUDGE_EVENTS_REJECTED: Final = f"{PREFIX}_judge_events_rejected"

@@ -26,6 +26,7 @@ from stream_ndcg.drilldown.question import Question, check_query_id
 from stream_ndcg.errors import BadParameter, NotFound
 from stream_ndcg.exporter import WindowTotals, WindowView
 from stream_ndcg.metric import Measure, ideal_dcg
+from stream_ndcg.query_figures import PeriodicQueryFigures
 from stream_ndcg.query_state import effective_grade
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.state.base import StateStore
@@ -43,7 +44,7 @@ class Explorer:
     def __init__(self, store: StateStore, view: WindowView, measure: Measure, horizon_ms: int,
                  clock: Callable[[], float] = time.time, window_totals: WindowTotals | None = None, *,
                  clicks: ClickEvidence | None = None, control: tuple[str, str] | None = None,
-                 alpha: float = ALPHA, n_star: float = N_STAR) -> None:
+                 alpha: float = ALPHA, n_star: float = N_STAR, query_figures_interval_s: float = 0.0) -> None:
         self.store, self.view = store, view
         # The judge's grades and evidence of a query's documents (None: not read, and said so), and the
         # summary's comparisons: the control when a request names none, with their alpha and N*.
@@ -57,6 +58,10 @@ class Explorer:
         # (query, k) -> (the query's index version when read, its unjudged exposures per group).
         self._exposures: OrderedDict[tuple[str, int], tuple[int, queue.GroupExposures]] = OrderedDict()
         self._lock = threading.Lock()
+        # The summary's figures over queries, brought up to date at most once per interval (0: at
+        # every call); the exporter serves the same computation (`Exporter.export_query_figures`).
+        self.figures = PeriodicQueryFigures(self.query_figures, lambda: view.now_ms(store, clock),
+                                            query_figures_interval_s, clock)
 
     def _now_ms(self) -> int:
         with self._lock:
@@ -133,11 +138,13 @@ class Explorer:
 
     def summary(self, question: Question) -> dict[str, Any]:
         """The window means per segment: the numbers the gauges show, each mean with its
-        impression-level and query-clustered standard errors, and the query-averaged means."""
+        impression-level and query-clustered standard errors, and the query-averaged means (as of
+        the last computation of the figures over queries, `query_figures_as_of_ms`)."""
         now = self._now_ms()
         first, last = self._buckets(question, now)
         totals = self.window_totals.at(now)[question.window_ms]
-        over_queries = self.query_figures(now, {question.window_ms: list(totals)})[question.window_ms]
+        computed = self.figures.latest(now, {question.window_ms: list(totals)})
+        over_queries = computed.figures[question.window_ms]
         rows = []
         for values, sums in sorted(totals.items()):
             by_k = means(sums, self.view.cutoffs)
@@ -152,6 +159,8 @@ class Explorer:
                 "windows": [format_duration(w) for w in self.view.windows_ms],
                 "cutoffs": list(self.view.cutoffs), "segment_labels": list(self.view.segment_labels),
                 "now_ms": now, "buckets": [first, last], **self._edges(first, last), "rows": rows,
+                "query_figures_as_of_ms": computed.now_ms,
+                "query_figures_age_s": round(max(0.0, self.clock() - computed.at_s), 3),
                 "comparisons": None if control is None else self._comparisons(control, totals, first, last)}
 
     def _comparisons(self, control: tuple[str, str], totals: Mapping[tuple[str, ...], Mapping[str, float]],

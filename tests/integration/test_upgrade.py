@@ -30,7 +30,7 @@ from tests.support.replay import (
     replay_of,
     simulated,
 )
-from tests.support.service import Samples, Service, wait_for_messages, wait_for_progress
+from tests.support.service import Samples, Service, wait_for_messages, wait_for_progress, wait_for_query_figures
 from tests.support.topics import create_topic, send_paced
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]
@@ -176,6 +176,8 @@ def test_state_of_format_4_takes_its_squares_and_its_errors_equal_the_replays(
                                 "ts": last_ts}).encode()) for key in sorted({key for key, _ in before if key})]
     messages = before + after
     new, samples = old_then_new(FORMAT_4, kafka, service_env, services, tmp_path, before, after)
+    # The clustered errors and query-averaged means of every message taken in.
+    samples = wait_for_query_figures(new)
     summary = replay_of(messages)
     assert expect_equal_to_replay(samples, summary, "1d", CUTOFFS) == compared_gauges()
     # A group of format 4 takes its squares when its query comes again: every one came, so every

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from urllib.request import Request, urlopen
 from prometheus_client.parser import text_string_to_metric_families
 
 from stream_ndcg.devtools.servers import free_port
+from stream_ndcg.vocabulary import MetricName
 from tests.support.wait import wait_until
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -202,6 +204,20 @@ def wait_for_messages(service: Service, expected: int, timeout: float = 180) -> 
 
     return wait_until(taken_in, timeout, lambda: f"{seen} of {expected} messages taken in\n{service.logs()[-5000:]}",
                       interval=0.3)
+
+
+def wait_for_query_figures(service: Service, timeout: float = 60) -> Samples:
+    """The service's samples once its figures over queries (brought up to date every
+    query_figures_interval) come from a computation begun after this call: with every row committed
+    before it."""
+    since = time.time()
+
+    def computed_since() -> Samples | None:
+        samples = service.scrape()
+        return samples if samples.get((MetricName.QUERY_FIGURES_TIMESTAMP, ()), 0.0) > since else None
+
+    return wait_until(computed_since, timeout, lambda: f"no figures over queries computed since {since}\n"
+                      f"{service.logs()[-5000:]}", interval=0.3, ignoring=(OSError,))
 
 
 def own_sample(service: Service, name: str) -> float:

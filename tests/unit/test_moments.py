@@ -17,6 +17,7 @@ from stream_ndcg.engine import Engine
 from stream_ndcg.exporter import Exporter
 from stream_ndcg.metric import Ideal, Measure
 from stream_ndcg.offline.replay import Replay
+from stream_ndcg.query_figures import PeriodicQueryFigures
 from stream_ndcg.query_state import QueryState
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.state.memory import MemoryStore
@@ -68,11 +69,17 @@ def test_the_exported_squares_and_errors_equal_a_recomputation_from_the_replay(i
     fed = Fed(measure)
     registry = CollectorRegistry()
     exporter = Exporter(registry, fed.store, fed.view)
-    exporter.export_query_figures(fed.explorer.query_figures)
+    # A clock that stands still: the interval never runs out, and only `refresh` (the service's
+    # refresher thread) brings the figures over queries up to date before a scrape serves them.
+    still = lambda: 0.0  # noqa: E731
+    over_queries = PeriodicQueryFigures(fed.explorer.query_figures, lambda: fed.view.now_ms(fed.store, still),
+                                        60.0, still)
+    exporter.export_query_figures(over_queries)
     compared = 0
     # Judgments up to 4 minutes late: each check re-credits impressions already exported.
     for end in range(1000, len(stream) + 1, 1000):
         fed.feed(stream[end - 1000:end])
+        over_queries.refresh()
         replay = replay_of(measure, stream[:end])
         samples = {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
                    for family in text_string_to_metric_families(generate_latest(registry).decode())

@@ -50,7 +50,7 @@ def test_exported_names_keep_their_spelling() -> None:
         "judgments_published", "judgments_too_large", "ndcg_squares", "dcg_squares", "squared_impressions",
         "ndcg_standard_error",
         "dcg_standard_error", "ndcg_clustered_standard_error", "dcg_clustered_standard_error", "ndcg_query_mean",
-        "queries")}
+        "queries", "query_figures_timestamp_seconds")}
     assert total(MetricName.EVENTS) == "stream_ndcg_events_total"
 
 
