@@ -40,7 +40,13 @@ def _say(message: str) -> None:
     print(f"stream-ndcg: {message}", file=sys.stderr)
 
 
+# The commands that build; the others (egg_info, dist_info: pip's metadata hooks) skip mypyc's work.
+BUILDING = {"build", "build_ext", "bdist_wheel", "editable_wheel", "install", "develop"}
+
+
 def _extensions() -> list[Any]:
+    if not BUILDING & set(sys.argv[1:]):
+        return []
     if os.environ.get(core_build.PURE_VARIABLE, "") not in ("", "0"):
         _say(f"{core_build.PURE_VARIABLE} is set: the pure-Python core is installed alone")
         return []
