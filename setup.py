@@ -44,9 +44,27 @@ def _say(message: str) -> None:
 BUILDING = {"build", "build_ext", "bdist_wheel", "editable_wheel", "install", "develop"}
 
 
+def _remove_compiled_copies() -> None:
+    """An editable install that builds no compiled core leaves none of an earlier build beside the
+    sources: its digests would still match, and the variable asked for pure."""
+    package_dir = HERE / "stream_ndcg"
+    for name in (*core_build.COMPILED_MODULES, "core__mypyc"):
+        for copy in package_dir.glob(f"{name}.*"):
+            if copy.suffix != ".py":
+                copy.unlink()
+    (package_dir / core_build.DIGESTS_FILE).unlink(missing_ok=True)
+
+
 def _extensions() -> list[Any]:
     if not BUILDING & set(sys.argv[1:]):
         return []
+    extensions = _compiled_core()
+    if not extensions and {"editable_wheel", "develop"} & set(sys.argv[1:]):
+        _remove_compiled_copies()
+    return extensions
+
+
+def _compiled_core() -> list[Any]:
     if os.environ.get(core_build.PURE_VARIABLE, "") not in ("", "0"):
         _say(f"{core_build.PURE_VARIABLE} is set: the pure-Python core is installed alone")
         return []
