@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml setup.py $(CORE_SOURCES)
 	touch $(STAMP)
 
 lint: venv
-	$(BIN)/ruff check stream_ndcg tests bench
+	$(BIN)/ruff check stream_ndcg tests bench setup.py
 	$(BIN)/mypy
 	$(BIN)/mypy bench
 
@@ -123,6 +123,7 @@ bench: venv
 	$(BIN)/python -m bench.wait_bench
 	$(BIN)/python -m bench.versions_bench
 	$(BIN)/python -m bench.squares_bench
+	$(BIN)/python -m bench.core_bench
 	$(BIN)/python -m bench.judge_bench
 	$(BIN)/python -m bench.targets
 
