@@ -1,7 +1,10 @@
 # stream-ndcg service image: slim, non-root, with a health check on /healthz.
 FROM python:3.11.11-slim-bookworm AS build
+# A C compiler for the compiled core (mypyc, setup.py; the image has Python's headers); only this
+# stage has it, the service's image gets the wheel.
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY stream_ndcg ./stream_ndcg
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint docs test test-unit test-integration test-deploy test-browser test-fuzz test-simulation chaos \
+.PHONY: venv lint docs test test-unit test-pure test-integration test-deploy test-browser test-fuzz test-simulation chaos \
 	bench demo clean helm checkov manifests
 
 # Helm and checkov are tools of the tests, cached outside the repository (like the Kafka jars).
@@ -18,14 +18,20 @@ export HELM CHECKOV
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The modules setup.py compiles with mypyc (stream_ndcg/core_build.py's COMPILED_MODULES; a unit test
+# checks that the two lists agree): an edit to one of them rebuilds the compiled core, which would
+# otherwise not run (an import compares each source with the digest its build recorded).
+CORE_MODULES := vocabulary metric window_sums list_squares group_sums list_terms rows windows engine
+CORE_SOURCES := $(patsubst %,stream_ndcg/%.py,$(CORE_MODULES))
+
+$(STAMP): pyproject.toml setup.py $(CORE_SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
 lint: venv
-	$(BIN)/ruff check stream_ndcg tests bench
+	$(BIN)/ruff check stream_ndcg tests bench setup.py
 	$(BIN)/mypy
 	$(BIN)/mypy bench
 
@@ -63,10 +69,18 @@ endef
 
 test: lint docs
 	$(MAKE) test-unit
+	$(MAKE) test-pure
 	$(MAKE) -k test-integration test-deploy test-browser test-fuzz
 
 test-unit: venv
 	$(call pytest_tier,tests/unit)
+
+# The pure-Python core, the reference, where `make venv` compiled it: the tests of the compiled modules
+# against the replay, trec_eval and ranx again with STREAM_NDCG_PURE=1, which loads their sources.
+PURE_TESTS := $(patsubst %,tests/unit/test_%.py,differential properties moments list_squares group_sums metric \
+	metric_sums window_sums windows core_build)
+test-pure: venv
+	STREAM_NDCG_PURE=1 $(call pytest_tier,$(PURE_TESTS))
 
 # Against a real Kafka and Redis, started by the session fixtures; several minutes.
 test-integration: venv
@@ -109,6 +123,7 @@ bench: venv
 	$(BIN)/python -m bench.wait_bench
 	$(BIN)/python -m bench.versions_bench
 	$(BIN)/python -m bench.squares_bench
+	$(BIN)/python -m bench.core_bench
 	$(BIN)/python -m bench.judge_bench
 	$(BIN)/python -m bench.targets
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from stream_ndcg import __version__
 from stream_ndcg.config import EPOCH_SECONDS_BELOW_MS, Settings, env_name
+from stream_ndcg.core_build import core_build
 from stream_ndcg.errors import ConfigError
 from stream_ndcg.events import Limits
 from stream_ndcg.judgments_export import add_parser as add_judgments_parser
@@ -255,7 +256,7 @@ def _add_setting_flags(parser: argparse.ArgumentParser, names: Sequence[str]) ->
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stream-ndcg", description="Streaming DCG/nDCG@k for search rankings.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}, {core_build().describe()}")
     sub = parser.add_subparsers(dest="command", required=True)
     replay = sub.add_parser("replay", help="compute the metrics from files of events, no servers")
     replay.add_argument("files", nargs="+", metavar="EVENTS.jsonl",

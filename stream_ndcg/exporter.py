@@ -36,6 +36,7 @@ from prometheus_client.registry import Collector
 
 from stream_ndcg import __version__
 from stream_ndcg.config import Settings
+from stream_ndcg.core_build import core_build
 from stream_ndcg.errors import StoreUnavailable
 from stream_ndcg.judge_metrics import JudgeCollector
 from stream_ndcg.listener import Listener, respond
@@ -276,8 +277,9 @@ class Exporter:
         # metrics that the default registry would carry, so a fresh registry loses nothing.
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             registry.register(collector)
-        Info(MetricName.BUILD, "The version and source revision of the running service.",
-             registry=registry).info({"version": __version__, "revision": revision})
+        Info(MetricName.BUILD, "The version and source revision of the running service, and the build of its "
+             "pure core (compiled by mypyc, or pure Python).",
+             registry=registry).info({"version": __version__, "revision": revision, "core": core_build().core})
         self.batch_seconds = Histogram(MetricName.BATCH_DURATION,
                                        "Time to process one batch: parse, load, apply, commit.", registry=registry)
         self.batch_events = Histogram(MetricName.BATCH_EVENTS, "Records in one batch.",

@@ -9,9 +9,10 @@ import os
 from kafka import KafkaConsumer, KafkaProducer
 from prometheus_client import CollectorRegistry
 
-from stream_ndcg import wiring
+from stream_ndcg import __version__, wiring
 from stream_ndcg.config import Settings
 from stream_ndcg.consumer import StreamProcessor
+from stream_ndcg.core_build import core_build
 from stream_ndcg.dead_letters import DeadLetters
 from stream_ndcg.drilldown.api import Api
 from stream_ndcg.drilldown.clicks import ClickEvidence
@@ -81,6 +82,7 @@ def experiment_reports(settings: Settings) -> ExperimentReports:
 
 def run(settings: Settings) -> int:
     """`stream-ndcg run`: serve metrics (and the drill-down API) and consume until SIGTERM or Ctrl-C; exit 0."""
+    logger.info("stream-ndcg %s, %s", __version__, core_build().describe())
     processor, exporter = build(settings)
     collect_garbage_for_batches()
     closing = [exporter.close]

@@ -9,6 +9,7 @@ from urllib.request import urlopen
 from prometheus_client import CollectorRegistry, generate_latest
 
 from stream_ndcg import __version__
+from stream_ndcg.core_build import core_build
 from stream_ndcg.exporter import Exporter, WindowView
 from stream_ndcg.segments import SegmentProjector
 from stream_ndcg.state.memory import MemoryStore
@@ -82,7 +83,8 @@ def test_http_endpoints() -> None:
 def test_build_info_and_the_process_and_runtime_metrics_are_exported() -> None:
     registry = CollectorRegistry()
     Exporter(registry, MemoryStore(), WindowView((10,), (MINUTE,), MINUTE, (), False), revision="abc123")
-    assert registry.get_sample_value("stream_ndcg_build_info", {"version": __version__, "revision": "abc123"}) == 1
+    assert registry.get_sample_value("stream_ndcg_build_info", {"version": __version__, "revision": "abc123",
+                                                                "core": core_build().core}) == 1
     assert registry.get_sample_value("process_resident_memory_bytes")
     names = {metric.name for metric in registry.collect()}
     assert {"python_info", "python_gc_objects_collected"} <= names

@@ -13,6 +13,7 @@ import pytest
 
 from stream_ndcg import __version__
 from stream_ndcg.cli import main
+from stream_ndcg.core_build import core_build
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "events.jsonl"
 
@@ -64,7 +65,7 @@ def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
     assert exit_info.value.code == 0
-    assert capsys.readouterr().out.strip() == f"stream-ndcg {__version__}"
+    assert capsys.readouterr().out.strip() == f"stream-ndcg {__version__}, {core_build().describe()}"
 
 
 IMPRESSION_LINE = b'{"type":"impression","impression_id":"i","query_id":"q","ts":1763683200000,"results":["a"]}\n'
