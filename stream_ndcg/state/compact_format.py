@@ -33,6 +33,7 @@ format 6 (`state.format`) until it falls behind the horizon.
 from __future__ import annotations
 
 import base64
+import re
 import struct
 import weakref
 from collections.abc import Iterable, Mapping
@@ -43,7 +44,7 @@ import orjson
 
 from stream_ndcg.metric import first_occurrences
 from stream_ndcg.query_state import Group, QueryState
-from stream_ndcg.state.format import credited_layout, sums_in_stored_order, whole_numbers_short
+from stream_ndcg.state.format import credited_layout, sums_in_stored_order
 
 # The longest value and field name kept in a listpack by a server's defaults.
 PIECE = 64
@@ -54,7 +55,8 @@ _DIGIT = {digit: i for i, digit in enumerate(_DIGITS)}
 # those of the other long ones, in base 64 (about 11 characters a number, read back in C): a lone
 # one costs its quote, the '|' and 11 or 12 characters, so a text of 13 is never longer.
 _DENSEST = 13
-_SHORTER = {"0": "", "-0": ""}
+# A number whose shortest text is longer than _DENSEST, between the commas of numbers_text's text.
+_LONG = re.compile(rb"[^,]{%d}" % (_DENSEST + 1))
 
 
 def position(index: int) -> str:
@@ -82,12 +84,19 @@ def numbers_text(values: list[float], repeats: bool = False) -> str:
     a long sum equal to one before it has no bytes of its own: '"' when it is the last one written,
     '"<n>' the n-th (a row's exposure and unjudged part are one number while none is judged, a
     group's figures at 10 those at 5 while nothing below 5 is judged); the base 64 is unpadded."""
-    # Most sums of a group of the tail are 0 (-0.0 comes back as 0.0, which no sum tells apart).
-    parts = [_SHORTER.get(part, part) for part in
-             whole_numbers_short(orjson.dumps(values)).decode()[1:-1].split(",")]
+    # No step per number in the interpreter's loops unless some number is long: each number
+    # between commas, a zero (',0.0,', or ',-0.0,': -0.0 comes back as 0.0, which no sum tells
+    # apart) is written as nothing (most sums of a group of the tail are 0). A replace takes every
+    # other zero of a run, each match taking the comma the next one starts with: a second pass, if
+    # any is left, takes the rest. Then whole numbers lose their '.0'.
+    text = (b"," + orjson.dumps(values)[1:-1] + b",").replace(b",0.0,", b",,")
+    if b"0.0," in text:
+        text = text.replace(b",0.0,", b",,").replace(b",-0.0,", b",,").replace(b",-0.0,", b",,")
+    text = text.replace(b".0,", b",")
+    if _LONG.search(text) is None:
+        return text[1:-1].decode()
+    parts = text[1:-1].decode().split(",")
     long = [i for i, part in enumerate(parts) if len(part) > _DENSEST]
-    if not long:
-        return ",".join(parts)
     dense: list[float] = []
     written: dict[float, int] = {}
     for i in long:
