@@ -20,14 +20,13 @@ from stream_ndcg.state.compact_format import (
     PIECE,
     compact_changes,
     groups_from_fields,
-    numbers_of,
-    numbers_text,
     pieces,
     position,
     positions_of,
     table_of,
     table_text,
 )
+from stream_ndcg.state.sums_text import numbers_of, numbers_text
 
 
 @given(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=20))
