@@ -51,6 +51,8 @@ PIECE = 64
 # One character per document index below len(_DIGITS); '!' opens and closes a larger one.
 _DIGITS = "".join(chr(c) for c in range(34, 127))
 _DIGIT = {digit: i for i, digit in enumerate(_DIGITS)}
+
+
 def position(index: int) -> str:
     return _DIGITS[index] if index < len(_DIGITS) else f"!{index}!"
 
