@@ -12,7 +12,7 @@ the judgment TTL). Its fields are short enough for Redis to keep a query of the 
     s, s~1, ...            the query's segments, interned the same way (\\x1f-joined: a segment key
                            is JSON, which escapes every control character)
     <bucket>.<s>, ~1, ...  a group: impressions, then what it credited (`credited_text`: the sums
-                           as `numbers_text` writes them), in pieces
+                           as `sums_text.numbers_text` writes them), in pieces
     <bucket>.<s>:<list>    a ranked list's impressions; the list is its documents' indices, one
                            character each below 93 (`position`), '!<index>!' from there on
 
@@ -32,10 +32,10 @@ format 6 (`state.format`) until it falls behind the horizon.
 
 from __future__ import annotations
 
-import base64
-import struct
+import functools
+import operator
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,18 +43,14 @@ import orjson
 
 from stream_ndcg.metric import first_occurrences
 from stream_ndcg.query_state import Group, QueryState
-from stream_ndcg.state.format import credited_layout, sums_in_stored_order, whole_numbers_short
+from stream_ndcg.state.format import credited_layout, sums_in_stored_order
+from stream_ndcg.state.sums_text import numbers_of, numbers_text
 
 # The longest value and field name kept in a listpack by a server's defaults.
 PIECE = 64
 # One character per document index below len(_DIGITS); '!' opens and closes a larger one.
 _DIGITS = "".join(chr(c) for c in range(34, 127))
 _DIGIT = {digit: i for i, digit in enumerate(_DIGITS)}
-# A number whose shortest text is longer is written as a quote, and its 8 bytes at the end, with
-# those of the other long ones, in base 64 (about 11 characters a number, read back in C): a lone
-# one costs its quote, the '|' and 11 or 12 characters, so a text of 13 is never longer.
-_DENSEST = 13
-_SHORTER = {"0": "", "-0": ""}
 
 
 def position(index: int) -> str:
@@ -75,61 +71,27 @@ def positions_of(text: str) -> list[int]:
     return indices
 
 
-def numbers_text(values: list[float], repeats: bool = False) -> str:
-    """Sums, comma-separated, each as its shortest text ('2' for 2.0, '' for 0) or, when that is
-    longer than 13 characters, as a quote; then, after '|', the long ones' doubles in base 64:
-    read back, the same doubles. orjson writes the shortest texts, in C. With `repeats` (format 8)
-    a long sum equal to one before it has no bytes of its own: '"' when it is the last one written,
-    '"<n>' the n-th (a row's exposure and unjudged part are one number while none is judged, a
-    group's figures at 10 those at 5 while nothing below 5 is judged); the base 64 is unpadded."""
-    # Most sums of a group of the tail are 0 (-0.0 comes back as 0.0, which no sum tells apart).
-    parts = [_SHORTER.get(part, part) for part in
-             whole_numbers_short(orjson.dumps(values)).decode()[1:-1].split(",")]
-    long = [i for i, part in enumerate(parts) if len(part) > _DENSEST]
-    if not long:
-        return ",".join(parts)
-    dense: list[float] = []
-    written: dict[float, int] = {}
-    for i in long:
-        at = written.get(values[i]) if repeats else None
-        if at is None:
-            parts[i] = "'"
-            written.setdefault(values[i], len(dense))
-            dense.append(values[i])
-        else:
-            parts[i] = '"' if values[i] == dense[-1] else f'"{at}'
-    blob = base64.b64encode(struct.pack(f"<{len(dense)}d", *dense)).decode()
-    return ",".join(parts) + "|" + (blob.rstrip("=") if repeats else blob)
-
-
-def numbers_of(text: str) -> list[float]:
-    """The sums `numbers_text` wrote (with `repeats` or without)."""
-    head, _, blob = text.partition("|")
-    parts = head.split(",")
-    if not blob:
-        return [float(part) if part else 0.0 for part in parts]
-    raw = base64.b64decode(blob + "=" * (-len(blob) % 4))
-    dense = struct.unpack(f"<{len(raw) // 8}d", raw)
-    numbers: list[float] = []
-    read = 0
-    for part in parts:
-        if part == "'":
-            read += 1
-        numbers.append(dense[read - 1] if part in ("'", '"') else dense[int(part[1:])] if part[:1] == '"'
-                       else float(part) if part else 0.0)
-    return numbers
-
-
 def credited_text(group: Group, repeats: bool = False) -> str:
     """impressions, then the credited sums: `[cut-offs joined by '/'], then the sums in their
     stored order (`state.format`), or a JSON object for any other set of sums."""
-    layout = credited_layout(tuple(group.credited))
+    layout = _stored_order(tuple(group.credited))
     if layout is None:
         return f"{group.impressions},{orjson.dumps(group.credited).decode()}"
-    cutoffs, names = layout
-    credited = group.credited
-    sums = numbers_text([credited[name] for name in names], repeats)
-    return f"{group.impressions},{'/'.join(map(str, cutoffs))},{sums}"
+    cutoffs, take = layout
+    return f"{group.impressions},{cutoffs},{numbers_text(take(group.credited), repeats)}"
+
+
+@functools.cache
+def _stored_order(names: tuple[str, ...]) -> tuple[str, Callable[[Mapping[str, float]], Sequence[float]]] | None:
+    """For a group that credited `names`: its cut-offs' text and what takes its sums in their
+    stored order, in C (`credited_layout`); None: stored by name."""
+    layout = credited_layout(names)
+    if layout is None:
+        return None
+    cutoffs, ordered = layout
+    # The getter of one name gives its value, not a tuple of one.
+    take = operator.itemgetter(*ordered) if len(ordered) > 1 else lambda sums: (sums[ordered[0]],)
+    return "/".join(map(str, cutoffs)), take
 
 
 def credited_of(text: str) -> tuple[int, dict[str, float]]:

@@ -72,6 +72,8 @@ class RedisStore(RedisReads):
         # The format this instance writes: the previous one (6) for a release whose rollback must
         # stay possible, until the state is written in this one (`adopt` refuses to go back).
         self.write_format = write_format
+        # partition -> the `name_hash` of each impression id its last load looked up, for its commit.
+        self._id_hashes: dict[str, dict[str, int]] = {}
 
     def adopt(self, config: Mapping[str, object], *, rebuild: bool = False) -> bool:
         keys = self._config_keys()
@@ -102,6 +104,7 @@ class RedisStore(RedisReads):
 
     def claim(self, partition: str) -> str:
         self._cache.forget(partition)
+        self._id_hashes.pop(partition, None)
         with self._round_trip("claim"):
             epoch = uuid.uuid4().hex
             self.client.set(self._key(partition, "epoch"), epoch)
@@ -116,7 +119,8 @@ class RedisStore(RedisReads):
             if cached is not None:
                 states[query_id] = cached
         queries = [q for q in query_ids if q not in states]
-        ids = list(impressions)
+        # id -> its `name_hash`, which the commit sends on with the id.
+        ids = self._id_hashes[partition] = {i: shard_format.name_hash(i) for i in impressions}
         with self._round_trip("load"):
             pipe = self.client.pipeline(transaction=False)
             for query_id in queries:
@@ -124,10 +128,9 @@ class RedisStore(RedisReads):
                 pipe.hgetall(self._key(partition, "g", query_id))
             if ids:
                 # Format 7's sorted set, then format 8's shards (either may hold ids of the dedup horizon).
-                pipe.zmscore(self._key(partition, "imp"), ids)
+                pipe.zmscore(self._key(partition, "imp"), list(ids))
                 pipe.execute_command("EVAL", SEEN_IDS, 1, self._key(partition, "iddir"),
-                                     self._key(partition, "ids", ""),
-                                     *[item for i in ids for item in (i, shard_format.name_hash(i))])
+                                     self._key(partition, "ids", ""), *[item for pair in ids.items() for item in pair])
             pipe.hget(self._key(partition, "meta"), "clock")
             replies = pipe.execute()
         decoded: dict[str, QueryState] = {}
@@ -255,12 +258,12 @@ class RedisStore(RedisReads):
 
         lists = [[index(self._key(partition, "lists", q, b)), ttl(b), fields]
                  for (q, b), fields in state_format.list_increments(outcome, compacted).items()]
-        impressions = [item for impression_id, bucket in outcome.impression_buckets.items()
-                       for item in (str(bucket), impression_id)]
-        # Format 8 keeps them in the sharded hashes (each with its `name_hash`), format 7 in the sorted set.
-        ids, impressions = (([item for impression_id, bucket in outcome.impression_buckets.items()
-                              for item in (str(bucket), impression_id, shard_format.name_hash(impression_id))], [])
-                            if self.write_format >= 8 else ([], impressions))
+        # Format 8 keeps them in the sharded hashes (each with the `name_hash` its load found), format 7
+        # in the sorted set.
+        hashes = self._id_hashes.pop(partition, {})
+        ids = [item for i, b in outcome.impression_buckets.items()
+               for item in (str(b), i, hashes.get(i) or shard_format.name_hash(i))] if self.write_format >= 8 else []
+        impressions = [] if ids else [item for i, b in outcome.impression_buckets.items() for item in (str(b), i)]
         aggs = [[index(self._key(partition, "agg", b)), ttl(b), str(b), fields]
                 for b, fields in state_format.aggregate_increments(outcome).items()]
         # The script logs the rows itself while a reader holds the lease: they cross the network once.

@@ -1,6 +1,6 @@
 """The stored form of drill-down rows: their text, and since state format 8 each bucket's shards.
 
-A row's text is its sums as `compact_format.numbers_text` writes them (`encode_row`; format 8's
+A row's text is its sums as `sums_text.numbers_text` writes them (`encode_row`; format 8's
 with repeats, `encode_row_8`); `decode_row` reads those and format 6's. Format 7 kept a
 partition's rows of one bucket in one hash, ``<segment>\\x1f<query>`` -> the row's text: hundreds
 of rows, most texts over 64 bytes, so a hashtable (about 60 bytes of dict entry and headers a row).
@@ -29,9 +29,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from stream_ndcg.rows import Row
-from stream_ndcg.state.compact_format import numbers_of, numbers_text
 from stream_ndcg.state.format import decode_row as format_6_row
 from stream_ndcg.state.format import decode_row_field
+from stream_ndcg.state.sums_text import numbers_of, numbers_text
 
 # The directory's own fields; every other field of it is a segment key, which is JSON.
 DIRECTORY_FIELDS = (b"n", b"c", b"k")
@@ -39,12 +39,12 @@ DIRECTORY_FIELDS = (b"n", b"c", b"k")
 
 def encode_row(row: Row) -> str:
     """A drill-down row as format 7 writes it (`state.format` names its values): `numbers_text`."""
-    return numbers_text(list(row))
+    return numbers_text(row)
 
 
 def encode_row_8(row: Row) -> str:
     """A drill-down row as format 8 writes it: `numbers_text` with repeats."""
-    return numbers_text(list(row), repeats=True)
+    return numbers_text(row, repeats=True)
 
 
 def decode_row(raw: bytes | str) -> Row:

@@ -12,11 +12,12 @@ import redis
 from stream_ndcg.devtools.redis_servers import RedisServer
 from stream_ndcg.engine import Engine
 from stream_ndcg.rows import Row
+from stream_ndcg.state import shard_format
 from stream_ndcg.state.base import StateStore
 from stream_ndcg.state.memory import MemoryStore
 from stream_ndcg.state.redis import RedisStore
 from stream_ndcg.state.redis_reads import connect
-from stream_ndcg.state.shard_format import shard_of
+from stream_ndcg.state.shard_format import name_hash, shard_of
 from tests.support.batches import apply_batch, parsed
 from tests.support.store_contract import BUCKET, DEDUP_HORIZON, HORIZON, MEASURE, T0
 
@@ -83,6 +84,39 @@ def test_rows_and_ids_of_format_8_are_listpack_shards_read_as_the_memory_store_h
     again = [apply_batch(s, engine, "t:0", parsed(events[:300]), epoch=epochs[id(s)], next_offset=offset + 300)
              for s in (store, memory)]
     assert [outcome.counts["duplicate:impression"] for outcome in again] == [300, 300]
+    raw.close()
+
+
+def test_a_batch_hashes_each_impression_id_once_and_its_commit_stores_it_in_that_hash_s_shard(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The load looks each id up with its `name_hash` and the commit sends the same hash on, not
+    found again: every id of a batch hashed once, each stored in the shard its hash names."""
+    raw = redis.Redis.from_url(redis_server.url)
+    store = store_of(redis_server.url, f"once-{uuid.uuid4().hex[:8]}", 8)
+    engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON, dedup_horizon_ms=DEDUP_HORIZON)
+    hashed: list[str] = []
+
+    def counted(name: str) -> int:
+        hashed.append(name)
+        return name_hash(name)
+
+    monkeypatch.setattr(shard_format, "name_hash", counted)
+    outcome = apply_batch(store, engine, "t:0", parsed(impressions(0, QUERIES)), epoch=store.claim("t:0"),
+                          next_offset=QUERIES)
+    ids = [f"id-{n}" for n in range(QUERIES)]
+    assert len(outcome.impression_buckets) == QUERIES
+    assert sorted(name for name in hashed if name.startswith("id-")) == sorted(ids)
+    tag = f"{{{store.namespace}:t:0}}"
+    id_keys: list[bytes] = list(raw.keys(f"{tag}:ids:*"))  # type: ignore[arg-type]
+    assert len(id_keys) > 1
+    stored: list[str] = []
+    for key in id_keys:
+        slot, _, index = key.decode().removeprefix(f"{tag}:ids:").partition(":")
+        count = int(raw.hget(f"{tag}:iddir", slot))  # type: ignore[arg-type]
+        held: list[bytes] = list(raw.hkeys(key))  # type: ignore[arg-type]
+        assert all(name_hash(i.decode()) % count == int(index) for i in held), key
+        stored += [i.decode() for i in held]
+    assert sorted(stored) == sorted(ids)
     raw.close()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import orjson
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -19,14 +20,13 @@ from stream_ndcg.state.compact_format import (
     PIECE,
     compact_changes,
     groups_from_fields,
-    numbers_of,
-    numbers_text,
     pieces,
     position,
     positions_of,
     table_of,
     table_text,
 )
+from stream_ndcg.state.sums_text import numbers_of, numbers_text
 
 
 @given(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=20))
@@ -53,6 +53,22 @@ def test_sums_with_repeats_read_back_and_a_long_sum_written_before_costs_no_byte
     assert head.split(",").count("'") == distinct
     assert len(blob) == math.ceil(8 * distinct * 4 / 3) and "=" not in blob
     assert sum(1 for part in head.split(",") if part.startswith('"')) == len(longs) - distinct
+
+
+@given(st.lists(st.one_of(st.sampled_from([0.0, -0.0, 1.0, 2.0, -3.0, 1e16, 1e-5, 5e-324, 2.0**53]),
+                          st.floats(allow_nan=False, allow_infinity=False)), min_size=1, max_size=20))
+@example([0.0, -0.0, 0.0, -0.0, 0.0, 10.0, 0.0, 0.0, -0.0, -0.0, 0.0])
+def test_each_short_sum_is_its_shortest_text_without_a_whole_number_s_point_and_a_zero_nothing(
+        values: list[float]) -> None:
+    """The head of `numbers_text`, found with no step per number, is what writing each number
+    alone gives: format 8's texts as they were written before."""
+    for repeats in (False, True):
+        head = numbers_text(values, repeats=repeats).partition("|")[0].split(",")
+        alone = ["" if x == 0 else orjson.dumps(x).decode().removesuffix(".0") for x in values]
+        assert len(head) == len(values)
+        assert [part for part, text in zip(head, alone, strict=True) if len(text) <= 13] == [
+            text for text in alone if len(text) <= 13]
+        assert all(part[:1] in ("'", '"') for part, text in zip(head, alone, strict=True) if len(text) > 13)
 
 
 @given(st.lists(st.integers(0, 5000), max_size=20))
