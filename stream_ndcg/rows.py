@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableSequence, Sequence
 
 from stream_ndcg.metric import ListScore, Measure, discount, first_occurrences
 from stream_ndcg.query_state import Group
@@ -93,6 +93,6 @@ def group_tops(impressions: Iterable[Sequence[str]], grades: Mapping[str, float]
             for i in range(len(cutoffs))]
 
 
-def add_into(total: list[float], row: Sequence[float], sign: float = 1.0) -> None:
+def add_into(total: MutableSequence[float], row: Sequence[float], sign: float = 1.0) -> None:
     for i, value in enumerate(row):
         total[i] += sign * value

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import logging
 import os
+import threading
+from collections.abc import Callable
 
 from kafka import KafkaConsumer, KafkaProducer
 from prometheus_client import CollectorRegistry
@@ -39,6 +42,43 @@ def collect_garbage_for_batches() -> None:
     only cycles wait longer."""
     gc.freeze()
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, 20, 20)
+
+
+# How often the C allocator is told to give back the pages it holds free (`return_freed_memory`).
+FREED_MEMORY_RETURN_S = 1.0
+
+
+def malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, which hands the free pages of the C heap back to the system; None
+    where the C library has none (musl, macOS)."""
+    try:
+        # The symbols the interpreter's process has loaded, its C library's among them.
+        process = ctypes.CDLL(None)
+    except (OSError, TypeError):
+        return None
+    trim: Callable[[int], int] | None = getattr(process, "malloc_trim", None)
+    return trim
+
+
+def return_freed_memory(every_s: float = FREED_MEMORY_RETURN_S) -> Callable[[], None]:
+    """Hand the C heap's free pages back to the system every `every_s` seconds, in a daemon
+    thread; returns what stops it. Python's objects above 512 bytes (the tables of the large dicts
+    and lists of a head query's state and of the drill-down's index, the Redis replies and the
+    Kafka fetches) live in the C heap, and glibc returns only its top: the holes their growth and
+    turnover leave stayed resident, and grew with the impressions held (bench/RESULTS.md). A trim
+    walks the heap's free chunks with the GIL released, once a second; no result depends on it."""
+    trim = malloc_trim()
+    stop = threading.Event()
+    if trim is None:
+        logger.info("no malloc_trim in this C library: the C heap's free pages stay with the process")
+        return stop.set
+
+    def loop() -> None:
+        while not stop.wait(every_s):
+            trim(0)
+
+    threading.Thread(target=loop, name="return-freed-memory", daemon=True).start()
+    return stop.set
 
 
 def build(settings: Settings, registry: CollectorRegistry | None = None) -> tuple[StreamProcessor, Exporter]:
@@ -85,7 +125,7 @@ def run(settings: Settings) -> int:
     logger.info("stream-ndcg %s, %s", __version__, core_build().describe())
     processor, exporter = build(settings)
     collect_garbage_for_batches()
-    closing = [exporter.close]
+    closing = [exporter.close, return_freed_memory()]
     if settings.drilldown:
         reader = explorer(settings, exporter.window_totals)
         exporter.export_query_figures(reader.figures)
