@@ -32,6 +32,39 @@ logger = logging.getLogger(__name__)
 # the thread is a daemon, and a shutdown does not wait longer for figures nobody will read.
 STOP_WAIT_S = 10.0
 
+# The share of the interpreter a refresh takes at most, in slices of at most REFRESH_SLICE_S of
+# work with sleeps between them. A refresh holds the interpreter lock while it works, so unpaced it
+# runs as a burst at every interval (the rows of a whole interval put into the index at once) and
+# the consumer loop shares the lock with it throughout; paced, the loop waits at most a slice.
+REFRESH_SHARE = 0.25
+REFRESH_SLICE_S = 0.005
+
+
+class Pacer:
+    """Called between steps of some work: sleeps after each `slice_s` of it, so that the work
+    takes at most `share` of the time; a no-op on any thread but the one it paces."""
+
+    def __init__(self, share: float = REFRESH_SHARE, slice_s: float = REFRESH_SLICE_S,
+                 clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep) -> None:
+        if not 0 < share <= 1:
+            raise ValueError(f"a share of {share}")
+        self.slice_s, self.clock, self.sleep = slice_s, clock, sleep
+        self.rest_s = slice_s * (1 - share) / share
+        self.thread_id: int | None = None
+        self._slice_began = 0.0
+
+    def pace(self, thread_id: int | None) -> None:
+        """Pace the thread `thread_id` (None: none) from now on."""
+        self.thread_id, self._slice_began = thread_id, self.clock()
+
+    def __call__(self) -> None:
+        if self.thread_id is None or threading.get_ident() != self.thread_id:
+            return
+        if self.clock() - self._slice_began >= self.slice_s:
+            self.sleep(self.rest_s)
+            self._slice_began = self.clock()
+
+
 # Per window and segment values, per cut-off, the figures over the window's queries.
 Figures = dict[int, dict[tuple[str, ...], list[dict[str, float | None]]]]
 Wanted = Mapping[int, Iterable[tuple[str, ...]]]
@@ -56,14 +89,17 @@ class PeriodicQueryFigures:
     """The figures of `compute`, computed again when `latest` finds them older than `interval_s`
     (0: on every call) or by a refresher thread every `interval_s`; safe to call from several threads.
 
-    `windows_end` gives where the windows end for a refresh (None before any event).
+    `windows_end` gives where the windows end for a refresh (None before any event). `compute`
+    calls `pacer` between its steps: the refresher thread's computations are paced by it, a
+    scrape's or a request's are not.
     """
 
     def __init__(self, compute: QueryFigures, windows_end: Callable[[], int | None], interval_s: float,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, pacer: Pacer | None = None) -> None:
         if interval_s < 0:
             raise ValueError(f"an interval of {interval_s} s")
         self.compute, self.windows_end, self.interval_s, self.clock = compute, windows_end, interval_s, clock
+        self.pacer = pacer or Pacer()
         self._last: Computed | None = None
         # Every window and segment values asked for so far: each computation computes them all (a
         # value that leaves the windows stays; segment_cap bounds them).
@@ -131,6 +167,7 @@ class PeriodicQueryFigures:
             self._thread = None
 
     def _run(self) -> None:
+        self.pacer.pace(threading.get_ident())
         while not self._stopping.wait(self.interval_s):
             try:
                 self.refresh()

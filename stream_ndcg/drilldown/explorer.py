@@ -53,21 +53,21 @@ class Explorer:
         # both), else kept here.
         self.window_totals = window_totals or WindowTotals(store, view)
         self.measure, self.horizon_ms, self.clock = measure, horizon_ms, clock
-        self.index = index.QueryIndex(rows.row_fields(measure.cutoffs))
-        self._cursors: dict[str, str | None] = {}
-        # (query, k) -> (the query's index version when read, its unjudged exposures per group).
-        self._exposures: OrderedDict[tuple[str, int], tuple[int, queue.GroupExposures]] = OrderedDict()
-        self._lock = threading.Lock()
         # The summary's figures over queries, brought up to date at most once per interval (0: at
         # every call); the exporter serves the same computation (`Exporter.export_query_figures`).
         self.figures = PeriodicQueryFigures(self.query_figures, lambda: view.now_ms(store, clock),
                                             query_figures_interval_s, clock)
+        self.index = index.QueryIndex(rows.row_fields(measure.cutoffs), self.figures.pacer)
+        self._cursors: dict[str, str | None] = {}
+        # (query, k) -> (the query's index version when read, its unjudged exposures per group).
+        self._exposures: OrderedDict[tuple[str, int], tuple[int, queue.GroupExposures]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def _now_ms(self) -> int:
         with self._lock:
             if self.store.follow():
                 # A rebuild started a new generation: everything read so far describes the old one.
-                self.index = index.QueryIndex(self.index.fields)
+                self.index = index.QueryIndex(self.index.fields, self.figures.pacer)
                 self._cursors.clear()
                 self._exposures.clear()
         now = self.view.now_ms(self.store, self.clock)
@@ -85,6 +85,7 @@ class Explorer:
                 # A row of another length predates an in-place change of k: left out until rewritten.
                 if bucket >= oldest and len(row) == len(self.index.fields):
                     self.index.put(partition, bucket, segment, query_id, row)
+                    self.figures.pacer()
             self._cursors[partition] = read.cursor
         self.index.drop_before(oldest)
         return oldest

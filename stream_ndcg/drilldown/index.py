@@ -80,8 +80,10 @@ class QueryIndex:
     # only pages read (`window`) keeps at most this many more.
     UNSETTLED_BEYOND_HELD = 10_000
 
-    def __init__(self, fields: Sequence[str]) -> None:
+    def __init__(self, fields: Sequence[str], pace: Callable[[], None] = lambda: None) -> None:
         self.fields = tuple(fields)
+        # Called between the steps of bringing a view's figures up to date (`query_figures.Pacer`).
+        self.pace = pace
         self._buckets: dict[int, dict[RowKey, array[float]]] = {}
         # query -> the partitions holding a row of it (a query's state lives in its partitions).
         self._homes: dict[str, set[str]] = {}
@@ -144,7 +146,7 @@ class QueryIndex:
         """Per cut-off, the figures of `window`'s queries: the query-clustered standard errors of
         the nDCG and DCG means and the query-averaged means (`spread.QuerySpread`)."""
         view = self._view(first, last, wanted)
-        _settle(view)
+        _settle(view, self.pace)
         out = []
         for ndcg, dcg in view.spreads:
             ndcg_error, ndcg_query_mean = ndcg.figures()
@@ -204,7 +206,7 @@ class QueryIndex:
         total = view.sums.get(query_id)
         if query_id not in view.unsettled:
             if len(view.unsettled) > len(view.sums) + self.UNSETTLED_BEYOND_HELD:
-                _settle(view)
+                _settle(view, self.pace)
             view.unsettled[query_id] = None if total is None else _cells(total, len(view.spreads))
         if total is None:
             total = view.sums[query_id] = array("d", _ZERO) * len(row)
@@ -217,9 +219,10 @@ class QueryIndex:
 _ZERO = (0.0,)
 
 
-def _settle(view: _View) -> None:
+def _settle(view: _View, pace: Callable[[], None]) -> None:
     """Move the view's spreads by what its queries' sums moved since they were last settled."""
     for query_id, before in view.unsettled.items():
+        pace()
         total = view.sums.get(query_id)
         after = None if total is None else _cells(total, len(view.spreads))
         for i, (ndcg, dcg) in enumerate(view.spreads):

@@ -15,7 +15,7 @@ from stream_ndcg.drilldown.question import Question
 from stream_ndcg.errors import StoreUnavailable
 from stream_ndcg.exporter import Exporter
 from stream_ndcg.metric import Measure
-from stream_ndcg.query_figures import Figures, PeriodicQueryFigures, Wanted
+from stream_ndcg.query_figures import Figures, Pacer, PeriodicQueryFigures, Wanted
 from tests.unit.test_drilldown import Fed, messages
 
 FIVE_MINUTES = 300_000
@@ -169,6 +169,49 @@ def test_the_refresher_outlives_an_unreachable_store_and_serves_the_last_computa
             threading.Event().wait(0.01)
         assert computed.failures == 0 and len(computed.runs) >= 2
         assert held.refreshing()
+    finally:
+        held.stop()
+
+
+def test_the_pacer_sleeps_after_each_slice_of_work_long_enough_to_keep_to_its_share(clock: Clock) -> None:
+    slept: list[float] = []
+    pacer = Pacer(share=0.25, slice_s=0.005, clock=clock, sleep=slept.append)
+    pacer()
+    assert slept == []  # no thread paced yet
+    pacer.pace(threading.get_ident())
+    clock.now += 0.004
+    pacer()
+    assert slept == []  # within the slice
+    clock.now += 0.002
+    pacer()
+    assert slept == [pytest.approx(0.015)]  # 5 ms of work, then three times that at rest
+    clock.now += 0.001
+    pacer()
+    assert len(slept) == 1  # a new slice began after the rest
+
+
+def test_the_pacer_leaves_every_other_thread_alone(clock: Clock) -> None:
+    slept: list[float] = []
+    pacer = Pacer(share=0.5, slice_s=0.001, clock=clock, sleep=slept.append)
+    pacer.pace(threading.get_ident() + 1)
+    clock.now += 1.0
+    pacer()
+    assert slept == []
+    with pytest.raises(ValueError, match="a share of 0"):
+        Pacer(share=0)
+
+
+def test_the_refresher_paces_its_own_computations_and_no_others(computed: Counted, clock: Clock) -> None:
+    held = PeriodicQueryFigures(computed, lambda: 7_000, interval_s=0.001, clock=clock, pacer=Pacer())
+    assert held.pacer.thread_id is None  # a scrape's or a request's computation is not paced
+    run_of(held)
+    held.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(computed.runs) < 2 and time.monotonic() < deadline:
+            threading.Event().wait(0.01)
+        thread = held._thread
+        assert thread is not None and held.pacer.thread_id == thread.ident
     finally:
         held.stop()
 
