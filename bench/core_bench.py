@@ -24,7 +24,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from bench.harness.results import argument_parser, command, publish, stamp
@@ -42,17 +41,10 @@ def child(url: str, namespace: str, messages_file: Path, cut: bool) -> None:
         from bench.squares_bench import cut_squares
 
         cut_squares()
-    from bench.harness.pipeline import Writer
-    from stream_ndcg.config import Settings
+    from bench.harness.pipeline import events_per_cpu_second
     from stream_ndcg.core_build import core_build
 
-    messages = messages_file.read_bytes().splitlines()
-    settings = Settings.load(environ={"STREAM_NDCG_REDIS_URL": url, "STREAM_NDCG_NAMESPACE": namespace,
-                                      "STREAM_NDCG_CLOCK": "event", "STREAM_NDCG_IDEAL": "pool"})
-    writer = Writer(settings)
-    started = time.process_time()
-    writer.write_all(messages)
-    print(core_build().core, len(messages) / (time.process_time() - started))
+    print(core_build().core, events_per_cpu_second(url, namespace, messages_file.read_bytes().splitlines()))
 
 
 def run(url: str, namespace: str, messages_file: Path, variant: str) -> float:

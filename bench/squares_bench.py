@@ -23,7 +23,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from bench.harness.results import argument_parser, command, publish, stamp
@@ -53,16 +52,9 @@ def child(url: str, namespace: str, messages_file: Path, cut: bool) -> None:
     """One run: every message through the pipeline; prints events per CPU-second of this process."""
     if cut:
         cut_squares()
-    from bench.harness.pipeline import Writer
-    from stream_ndcg.config import Settings
+    from bench.harness.pipeline import events_per_cpu_second
 
-    messages = messages_file.read_bytes().splitlines()
-    settings = Settings.load(environ={"STREAM_NDCG_REDIS_URL": url, "STREAM_NDCG_NAMESPACE": namespace,
-                                      "STREAM_NDCG_CLOCK": "event", "STREAM_NDCG_IDEAL": "pool"})
-    writer = Writer(settings)
-    started = time.process_time()
-    writer.write_all(messages)
-    print(len(messages) / (time.process_time() - started))
+    print(events_per_cpu_second(url, namespace, messages_file.read_bytes().splitlines()))
 
 
 def run(url: str, namespace: str, messages_file: Path, cut: bool) -> float:

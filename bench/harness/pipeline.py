@@ -60,6 +60,17 @@ class Writer:
             self.write(messages[start:start + batch])
 
 
+def events_per_cpu_second(redis_url: str, namespace: str, messages: list[bytes]) -> float:
+    """Every message through the service's batch pipeline (event clock, pool ideal), in events per
+    CPU-second of this process: what the squares and core benches compare, a process per run."""
+    settings = Settings.load(environ={"STREAM_NDCG_REDIS_URL": redis_url, "STREAM_NDCG_NAMESPACE": namespace,
+                                      "STREAM_NDCG_CLOCK": "event", "STREAM_NDCG_IDEAL": "pool"})
+    writer = Writer(settings)
+    started = time.process_time()
+    writer.write_all(messages)
+    return len(messages) / (time.process_time() - started)
+
+
 class BenchRecord(NamedTuple):
     topic: str
     partition: int
