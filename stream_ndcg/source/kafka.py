@@ -18,6 +18,10 @@ kafka-python 3.0 faults this adapter works around (each seen in this project's t
 - a consumer can stop fetching partitions that have records after some rebalances
   (dpkp/kafka-python#3131): a quiet partition's end offset is compared with the position
   every `STALL_CHECK_S`, and `ConsumerStalled` tells the processor to open a new consumer;
+  only if some poll since the last check came back short of `max_records`: kafka-python hands
+  out its fetched records a partition at a time, so a consumer catching up more slowly than it
+  fetches leaves a partition waiting its turn for longer than that while every poll comes back
+  full, and reopening it then would only drop its state cache and start again;
 - a member can be left out of its group after a rebalance: poll() returned early while the group
   was forming, the assignment that came later was never applied and heartbeats stayed off, so
   the broker dropped the member and it never rejoined while no records came (seen with two
@@ -98,6 +102,9 @@ class KafkaSource:
         # When each assigned partition last gave records (or was sought).
         self._last_records: dict[Partition, float] = {}
         self._next_stall_check = 0.0
+        # Whether a poll since the last stall check gave fewer records than it asked for: the
+        # fetcher had none left over, so a quiet partition then is not merely waiting its turn.
+        self._polled_short = False
         # Since when the member has not been a stable member of its group (None: it is).
         self._unstable_since: float | None = None
 
@@ -149,10 +156,14 @@ class KafkaSource:
         self._check_membership()
         now = time.monotonic()
         batch: dict[Partition, list[Record]] = {}
+        taken = 0
         for tp, records in polled.items():
             partition = Partition(tp.topic, tp.partition)
             batch[partition] = records
+            taken += len(records)
             self._last_records[partition] = now
+        if taken < max_records:
+            self._polled_short = True
         return batch
 
     def assignment(self) -> set[Partition]:
@@ -261,14 +272,16 @@ class KafkaSource:
                                   f"({coordinator.state.strip('<>')}): rejoining the group")
 
     def _check_stalled(self) -> None:
-        """ConsumerStalled if an assigned partition that gave no records lately has some past our position."""
+        """ConsumerStalled if an assigned partition that gave no records lately has some past our
+        position, while the consumer had records to spare (a poll came back short)."""
         now = time.monotonic()
         self._next_stall_check = now + self.STALL_CHECK_S
+        polled_short, self._polled_short = self._polled_short, False
         assigned = self.consumer.assignment()
         quiet = sorted((tp for tp in assigned
                         if now - self._last_records.setdefault(Partition(tp.topic, tp.partition), now)
                         > self.STALL_CHECK_S), key=lambda tp: (tp.topic, tp.partition))
-        if not quiet:
+        if not quiet or not polled_short:
             return
         try:
             # Last stable offsets: a trailing marker or an open transaction is not a record to fetch.

@@ -64,6 +64,31 @@ def test_partitions_with_records_the_consumer_never_returns_raise_consumer_stall
         source.poll(10, 10)
 
 
+class BusyConsumer(SilentConsumer):
+    """Returns full polls of partition 0's records, then short ones; partition 1 never gives any."""
+
+    def __init__(self, full_polls: int) -> None:
+        super().__init__(end_offset=10)
+        self.full_polls = full_polls
+
+    def poll(self, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Any]]:
+        if self.full_polls:
+            self.full_polls -= 1
+            return {ASSIGNED[0]: [object()] * max_records}
+        return {ASSIGNED[0]: [object()]}
+
+
+def test_a_quiet_partition_is_not_stalled_while_every_poll_comes_back_full() -> None:
+    # A consumer catching up more slowly than it fetches: kafka-python hands out partition 0's
+    # fetched records first, and partition 1 waits its turn.
+    source = source_over(BusyConsumer(full_polls=4))
+    for _ in range(5):
+        source.poll(10, 10)
+    # The fifth poll came back short: partition 1, quiet and behind, is stalled at the next check.
+    with pytest.raises(ConsumerStalled, match="events:1"):
+        source.poll(10, 10)
+
+
 def test_quiet_partitions_with_nothing_to_read_are_left_alone() -> None:
     source = source_over(SilentConsumer(end_offset=0))
     for _ in range(3):
