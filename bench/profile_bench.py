@@ -3,7 +3,7 @@
     python -m bench.profile_bench [--events 500000] [--seconds 30] [--results bench/RESULTS.md]
 
 Starts a Kafka broker and a redis-server, produces the service bench's workload, and samples the
-service (py-spy, 100 a second, busy samples only) once it has committed its first batch. Writes
+service on its pure-Python core (py-spy, 100 a second, busy samples only) once it has committed its first batch. Writes
 the share of the samples in each step of a batch and the functions with the most samples of their
 own to the Profile section of RESULTS.md, and the raw stacks next to it (`--raw`).
 """
@@ -70,7 +70,8 @@ def main() -> int:
         messages = workload(args.events, seed=1)
         produce(kafka.bootstrap, topic, messages)
         client = redis.Redis.from_url(server.url)
-        service = ServiceProcess(kafka.bootstrap, server.url, topic, "profile", clock="event")
+        # The pure core: py-spy reads Python's frames, and a compiled module's functions have none.
+        service = ServiceProcess(kafka.bootstrap, server.url, topic, "profile", clock="event", pure="1")
         raw = Path(root, "stacks.txt")
         try:
             while not counted(client, "profile"):
@@ -93,8 +94,9 @@ def main() -> int:
         "## Profile",
         "",
         f"`{command(__file__)}`, {stamp()}: `py-spy record --rate 100 --format raw "
-        f"--nonblocking` on `stream-ndcg run` for {args.seconds} s of a catch-up of {args.events:,} events (the "
-        f"service bench's workload), from its first commit; {total:,} busy samples (idle ones are not taken).",
+        f"--nonblocking` on `stream-ndcg run` (its pure-Python core, `STREAM_NDCG_PURE=1`) for "
+        f"{args.seconds} s of a catch-up of {args.events:,} events (the service bench's workload), from its "
+        f"first commit; {total:,} busy samples (idle ones are not taken).",
         "",
         "| step of a batch | share of the samples |",
         "|---|---:|",
