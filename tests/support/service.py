@@ -39,6 +39,9 @@ def service_environment(bootstrap: str, redis_url: str, **settings: str) -> dict
         "STREAM_NDCG_CLOCK": "event",
         "STREAM_NDCG_LINGER": "50ms",
         "STREAM_NDCG_METRICS_HOST": "127.0.0.1",
+        # `wait_for_messages` waits for figures over queries computed after the last message: a
+        # short interval keeps that wait short.
+        "STREAM_NDCG_QUERY_FIGURES_INTERVAL": "1s",
         **settings,
     }
 
@@ -189,7 +192,18 @@ def progress(service: Service) -> int:
 
 
 def wait_for_messages(service: Service, expected: int, timeout: float = 180) -> Samples:
-    """The service's samples once it has taken in exactly `expected` messages; fails on more (double counting)."""
+    """The service's samples once it has taken in exactly `expected` messages, and, where it exports
+    figures over queries (the drill-down's, brought up to date every query_figures_interval), once
+    they come from a computation begun after that; fails on more messages (double counting)."""
+    taken = _wait_for_messages_taken(service, expected, timeout)
+    if (MetricName.QUERY_FIGURES_TIMESTAMP, ()) not in taken:
+        return taken
+    samples = wait_for_query_figures(service, timeout)
+    assert settled(samples) == expected, f"{settled(samples)} messages counted after {expected}: double counting"
+    return samples
+
+
+def _wait_for_messages_taken(service: Service, expected: int, timeout: float) -> Samples:
     seen = -1
 
     def taken_in() -> Samples | None:
