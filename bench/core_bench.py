@@ -35,11 +35,23 @@ COMPILED, PURE, PURE_CUT = "compiled", "pure", "pure, squares cut out"
 PURE_VARIABLE = "STREAM_NDCG_PURE"
 
 
+def cut_squares() -> None:
+    """Swap the engine's squares step for one that keeps nothing (in this process only)."""
+    from stream_ndcg.list_squares import ListSquares
+
+    def no_sums(self: ListSquares, *args: object, **kwargs: object) -> dict[str, float]:
+        return {}
+
+    def not_added(self: ListSquares, ranked: tuple[str, ...], count: int) -> None:
+        return None
+
+    ListSquares.sums = no_sums  # type: ignore[method-assign]
+    ListSquares.added = not_added  # type: ignore[method-assign]
+
+
 def child(url: str, namespace: str, messages_file: Path, cut: bool) -> None:
     """One run: every message through the pipeline; prints the build and events per CPU-second."""
     if cut:
-        from bench.squares_bench import cut_squares
-
         cut_squares()
     from bench.harness.pipeline import events_per_cpu_second
     from stream_ndcg.core_build import core_build
