@@ -27,6 +27,7 @@ from stream_ndcg.state import compact_format, experiment_format, redis_rows
 from stream_ndcg.state import format as state_format
 from stream_ndcg.state.base import ExperimentRead, RowRead
 from stream_ndcg.state.cache import StateCache
+from stream_ndcg.state.redis_rows import text as text  # re-exported: the stores read replies with it
 from stream_ndcg.state.redis_scripts import AGGREGATE_READ_BUCKETS
 from stream_ndcg.vocabulary import AggregateKey
 from stream_ndcg.window_sums import AggregateRead
@@ -379,8 +380,3 @@ class RedisReads(RedisClient):
     def check(self) -> None:
         with self._round_trip("ping"):
             self.client.ping()
-
-
-def text(value: Any) -> str:
-    """A reply as text (bytes decoded)."""
-    return value.decode() if isinstance(value, bytes) else str(value)

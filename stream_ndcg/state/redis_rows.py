@@ -60,14 +60,15 @@ def read_whole(client: Any, key: Callable[..., str], since_bucket: int) -> RowRe
     rows = shard_format.read_buckets(client, key, map(int, buckets))
     newest = last[0] if last else None
     cursor = (log_cursor(newest) if newest is not None and int(newest[1][b"n"]) >= int(written or 0)
-              else f"{_text(newest[0]) if newest is not None else '0-0'}/{int(written or 0)}")
+              else f"{text(newest[0]) if newest is not None else '0-0'}/{int(written or 0)}")
     return RowRead(cursor, True, rows)
 
 
 def log_cursor(entry: Any) -> str:
     entry_id, values = entry
-    return f"{_text(entry_id)}/{int(values[b'n'])}"
+    return f"{text(entry_id)}/{int(values[b'n'])}"
 
 
-def _text(value: Any) -> str:
+def text(value: Any) -> str:
+    """A reply as text (bytes decoded)."""
     return value.decode() if isinstance(value, bytes) else str(value)
