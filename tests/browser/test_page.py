@@ -81,6 +81,10 @@ def comparisons(control: str) -> dict[str, Any] | None:
                       "arms": arms} for k in ("5", "10")}}
 
 
+# How long before each window's answer its figures over queries were computed.
+QUERY_FIGURES_AGES = {"1m": 0.4, "5m": 2.4, "1h": 1.0}
+
+
 def summary(window: str, control: str) -> dict[str, Any]:
     def row(variant: str, ndcg: float, scored: int = 90) -> dict[str, Any]:
         # Under 2 scored impressions (and so under 2 queries) a mean has no standard error.
@@ -90,7 +94,7 @@ def summary(window: str, control: str) -> dict[str, Any]:
                 "k": {k: {"ndcg_mean": ndcg, "dcg_mean": ndcg * 3, "judged_ratio": 0.4, "scored_impressions": scored,
                           "ndcg_query_mean": ndcg - 0.0123, **errors} for k in ("5", "10")}}
     return {"window": window, "windows": ["1m", "5m", "1h"], "cutoffs": [5, 10], "segment_labels": ["variant"],
-            "now_ms": NOW, "buckets": [10, 20],
+            "now_ms": NOW, "buckets": [10, 20], "query_figures_age_s": QUERY_FIGURES_AGES[window],
             "rows": [row("A", 0.71), row("B", 0.62), row("C", 0.76), row(SCRIPT_ID, 0.5, scored=1)],
             "comparisons": comparisons(control)}
 
@@ -456,6 +460,9 @@ def test_missing_comparisons_are_said_in_words(canned: Canned) -> None:
             f"{means[SCRIPT_ID]['ndcg_query_mean']:.4f}",
             *(f"SE {means[v]['ndcg_standard_error']:.4f}{dot}by query {means[v]['ndcg_clustered_standard_error']:.4f}"
               f"{dot}query mean {means[v]['ndcg_query_mean']:.4f}" for v in ("A", "B", "C"))]
+        # Those by query come from the last computation of the figures over queries: the oldest shown is said.
+        assert text(page, "#summary-hint").endswith(
+            f"errors by query and query means computed {max(QUERY_FIGURES_AGES.values()):.1f} s ago")
         rows = {(r["arm"], r["estimate"]): r for r in comparison_rows(page)}
         # The hostile value has one scored impression: no variance, so no error and no interval.
         for estimate in ("plain", "stratified"):

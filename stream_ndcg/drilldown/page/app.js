@@ -369,7 +369,11 @@
       body.append(el("tr", {}, [el("td", { colSpan: meta.segment_labels.length + meta.windows.length,
                                            className: "empty", text: "no impressions in any window yet" })]));
     }
-    $("summary-hint").textContent = "mean nDCG@" + k + " per window and segment; click a cell to open it";
+    // The errors by query and the query means come from a computation brought up to date every
+    // query_figures_interval, not from this answer's moment: say how old the oldest shown is.
+    const ages = answers.map((answer) => answer.query_figures_age_s).filter(finite);
+    $("summary-hint").textContent = "mean nDCG@" + k + " per window and segment; click a cell to open it"
+      + (ages.length ? "; errors by query and query means computed " + num(Math.max(...ages), 1) + " s ago" : "");
   }
 
   // A mean's standard errors (impression-level, and query-clustered: for comparing a window with
