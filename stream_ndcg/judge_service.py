@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 
 import orjson
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
 
 from stream_ndcg import wiring
@@ -28,7 +28,7 @@ from stream_ndcg.foreground import run_in_foreground
 from stream_ndcg.judge_loop import JudgeOptions, JudgeProcessor
 from stream_ndcg.judge_metrics import JudgeCollector
 from stream_ndcg.source.base import Partition
-from stream_ndcg.source.kafka import KafkaSource, consumer_options
+from stream_ndcg.source.kafka import KafkaSource, consumer_options, new_consumer
 from stream_ndcg.source.kafka_output import KafkaOutput
 
 logger = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
                                  start_from="earliest" if settings.auto_offset_reset == "earliest" else "latest",
                                  idle_ms=settings.judge_idle, checks=wiring.record_checks(settings),
                                  wall_clock=settings.clock == "wall")
-    processor = JudgeProcessor(KafkaSource(lambda: KafkaConsumer(**options)), store, publisher, exporter,
+    processor = JudgeProcessor(KafkaSource(lambda: new_consumer(options)), store, publisher, exporter,
                                judge_options, wiring.click_judge(settings).settings)
     return processor, exporter
 

@@ -9,7 +9,7 @@ import os
 import threading
 from collections.abc import Callable
 
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaProducer
 from prometheus_client import CollectorRegistry
 
 from stream_ndcg import __version__, wiring
@@ -23,7 +23,7 @@ from stream_ndcg.drilldown.experiments import ExperimentReports
 from stream_ndcg.drilldown.explorer import Explorer
 from stream_ndcg.exporter import Exporter, WindowTotals, WindowView
 from stream_ndcg.foreground import run_in_foreground
-from stream_ndcg.source.kafka import KafkaSource, consumer_options
+from stream_ndcg.source.kafka import KafkaSource, consumer_options, new_consumer
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
                                 settings.dead_letter_topic, exporter.dead_letters_dropped.inc)
                     if settings.dead_letter_topic else None)
     pipeline = wiring.batch_pipeline(settings, store, wiring.engine(settings), dead_letters=dead_letters)
-    processor = StreamProcessor(KafkaSource(lambda: KafkaConsumer(**options)), store, pipeline, exporter,
+    processor = StreamProcessor(KafkaSource(lambda: new_consumer(options)), store, pipeline, exporter,
                                 wiring.processor_options(settings))
     return processor, exporter
 

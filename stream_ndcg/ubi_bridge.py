@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaProducer
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -45,7 +45,7 @@ from stream_ndcg.events import Click, Impression, Limits
 from stream_ndcg.exporter import serve_metrics
 from stream_ndcg.foreground import run_in_foreground
 from stream_ndcg.source.base import Partition, Source, StartFrom
-from stream_ndcg.source.kafka import KafkaSource, consumer_options
+from stream_ndcg.source.kafka import KafkaSource, consumer_options, new_consumer
 from stream_ndcg.source.kafka_output import KafkaOutput
 from stream_ndcg.ubi import CLICK_OUTCOMES, SKIP_REASONS, UbiCounts, UbiJoin, UbiOptions, contract_message
 from stream_ndcg.vocabulary import MetricName
@@ -271,7 +271,7 @@ def build(settings: Settings, registry: CollectorRegistry | None = None,
                       impression_wait_ms=settings.ubi_impression_wait,
                       excluded_clients=settings.ubi_excluded_clients,
                       limits=Limits(max_results=settings.max_results))
-    bridge = UbiBridge(KafkaSource(lambda: KafkaConsumer(**options)), sink,
+    bridge = UbiBridge(KafkaSource(lambda: new_consumer(options)), sink,
                        BridgeOptions(settings.ubi_queries_topic, settings.ubi_events_topic, settings.linger,
                                      settings.batch_size,
                                      "earliest" if settings.auto_offset_reset == "earliest" else "latest", join),

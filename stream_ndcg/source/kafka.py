@@ -27,6 +27,11 @@ kafka-python 3.0 faults this adapter works around (each seen in this project's t
   the broker dropped the member and it never rejoined while no records came (seen with two
   instances starting together): a member that is not a stable member of its group for
   `UNSTABLE_GROUP_S` raises `ConsumerStalled` too;
+- a consumer whose constructor raises (no broker answered within `bootstrap_timeout_ms`: Kafka is
+  down at start-up or when the consumer is reopened) has already started its IO thread, which
+  goes on reconnecting and holds the client, its sockets and its metrics for the life of the
+  process, one more at each attempt (kafka-python 3.0.12; no upstream issue found): `new_consumer`
+  closes what such a constructor had made;
 - kafka-python reads uncommitted records unless told otherwise, and its `highwater()` is the
   high watermark even under read-committed (it drops the last stable offset that fetch
   responses carry): `consumer_options` always sets `isolation_level="read_committed"`, and
@@ -40,6 +45,7 @@ aborted transactions, which must never be counted; for plain producers it change
 
 from __future__ import annotations
 
+import logging
 import queue
 import re
 import time
@@ -53,6 +59,8 @@ from kafka.structs import MemberState, OffsetAndMetadata
 
 from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled, UndecodableRecords
 from stream_ndcg.source.base import Partition, Record, StartFrom
+
+logger = logging.getLogger(__name__)
 
 
 def consumer_options(client_options: Mapping[str, Any], *, group_id: str, auto_offset_reset: str,
@@ -83,10 +91,44 @@ def consumer_options(client_options: Mapping[str, Any], *, group_id: str, auto_o
     )
 
 
+def new_consumer(options: Mapping[str, Any]) -> KafkaConsumer:
+    """A kafka-python consumer of `options` (`consumer_options`'s) that leaves nothing running if it
+    cannot be made.
+
+        source = KafkaSource(lambda: new_consumer(consumer_options(...)))
+    """
+    return _ClosedIfUnmade(**options)
+
+
+class _ClosedIfUnmade(KafkaConsumer):  # type: ignore[misc]
+    """A KafkaConsumer whose constructor, when it raises, first closes the client it had started
+    (its IO thread starts before the brokers are asked for their versions, and nothing else stops
+    it: see the module docstring)."""
+
+    def __init__(self, **options: Any) -> None:
+        try:
+            super().__init__(**options)
+        except BaseException:
+            self._close_unmade()
+            raise
+
+    def _close_unmade(self) -> None:
+        # What KafkaConsumer.close() closes after the group's coordinator, which is made last.
+        metrics, client = getattr(self, "_metrics", None), getattr(self, "_client", None)
+        try:
+            if metrics is not None:
+                metrics.close()
+            if client is not None:
+                client.close()
+        except Exception:
+            # The constructor's own error is the one to raise; this one is only said.
+            logger.warning("closing a Kafka consumer that could not be made failed", exc_info=True)
+
+
 class KafkaSource:
     """A `Source` over a kafka-python consumer made by `connect` (again after each `close`).
 
-        source = KafkaSource(lambda: KafkaConsumer(bootstrap_servers=..., group_id=...))
+        source = KafkaSource(lambda: new_consumer(consumer_options(...)))
     """
 
     # After this long without records from a partition, ask the brokers whether it has some.
