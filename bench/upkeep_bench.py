@@ -8,8 +8,9 @@ parse, load, engine, commit, on real Redis, without Kafka) with the garbage coll
 service tunes it, once with the drill-down's rows kept and once without, alternated round after
 round, each run on a namespace of its own. With the rows kept, a reader does in the bench's thread
 what the service's query figures do in theirs: after the first batch (the first scrape, which takes
-the row log's lease) and then every `--reader-batches` batches (150 batches of 500 events: about
-the 5 s `query_figures_interval` of a service catching up at 15,000 events/s), it reads the rows
+the row log's lease), then every `--reader-batches` batches (150 batches of 500 events: about
+the 5 s `query_figures_interval` of a service catching up at 15,000 events/s) and after the last
+batch, it reads the rows
 logged since its last read and brings the figures over queries up to date for the exporter's
 windows (`Explorer.query_figures`).
 
@@ -88,9 +89,11 @@ def run(url: str, namespace: str, messages: list[bytes], drilldown: bool, reader
     redis_before = redis_cpu_s(client)
     started = time.process_time()
     try:
-        for batch, first in enumerate(range(0, len(messages), BATCH)):
+        batches = range(0, len(messages), BATCH)
+        for batch, first in enumerate(batches):
             writer.write(messages[first:first + BATCH])
-            if reader is not None and batch % reader_batches == 0:
+            # And after the last batch: the service's refresher goes on reading what the run wrote.
+            if reader is not None and (batch % reader_batches == 0 or batch == len(batches) - 1):
                 timed("reader", read)()
         total = time.process_time() - started
     finally:
@@ -134,8 +137,8 @@ def main() -> int:
 
 `{command(__file__)}`, {stamp()}, {core_build().describe()}, redis-server on loopback:
 {args.events:,} events of the service bench's workload through this tree's batch pipeline (no
-Kafka), with the drill-down's rows kept (a reader after the first batch and every
-{args.reader_batches} batches, in the same thread) and without (drilldown = false), {args.rounds}
+Kafka), with the drill-down's rows kept (a reader after the first batch, every
+{args.reader_batches} batches and after the last, in the same thread) and without (drilldown = false), {args.rounds}
 runs each, alternated, timed in the process's CPU time. Load average (1 min)
 {load_before[0]:.1f} before the runs, {load_after[0]:.1f} after. Medians; µs per event.
 
