@@ -88,9 +88,6 @@ class Group:
         if self.sums is not None:
             self.sums.pending.append((ranked, count))
         shown = self._shown_at
-        if shown is None and not self.ranks:
-            # A new group's are known (none): kept up to date from its first list, never walked for.
-            shown = self._shown_at = {}
         for rank, doc in first_occurrences(ranked, depth):
             at = self.ranks.setdefault(doc, {})
             at[rank] = at.get(rank, 0) + count
