@@ -124,6 +124,7 @@ bench: venv
 	$(BIN)/python -m bench.versions_bench
 	$(BIN)/python -m bench.squares_bench
 	$(BIN)/python -m bench.core_bench
+	$(BIN)/python -m bench.upkeep_bench
 	$(BIN)/python -m bench.judge_bench
 	$(BIN)/python -m bench.targets
 

@@ -56,7 +56,8 @@ class RowRead:
     # Where the next read goes on from.
     cursor: str | None
     # True: `rows` are all the rows held (the reader was too far behind, or new), so forget the
-    # partition's rows first; False: the rows written since the cursor (some perhaps again).
+    # partition's rows first; False: the rows written since the cursor, each once (the last written
+    # of it: rows are absolute), some perhaps read before.
     whole: bool
     # (bucket, segment, query id, row)
     rows: list[tuple[int, str, str, Row]]

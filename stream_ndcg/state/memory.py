@@ -191,8 +191,11 @@ class MemoryStore:
             rows = [(bucket, segment, query_id, row) for bucket, held in part.rows.items() if bucket >= since_bucket
                     for (segment, query_id), row in held.items()]
             return RowRead(str(len(part.row_log)), True, rows)
+        # Each row once, the last written of it, as the Redis store reads its log (`redis_rows.rows_after`).
+        latest = {(bucket, segment, query_id): row for written in part.row_log[int(cursor):]
+                  for bucket, segment, query_id, row in written}
         return RowRead(str(len(part.row_log)), False,
-                       [row for written in part.row_log[int(cursor):] for row in written])
+                       [(bucket, segment, query_id, row) for (bucket, segment, query_id), row in latest.items()])
 
     def read_all_rows(self, cursors: Mapping[str, str | None], since_bucket: int) -> dict[str, RowRead]:
         return {partition: self.read_rows(partition, cursors.get(partition), since_bucket)

@@ -41,8 +41,14 @@ def rows_after(cursor: str, replies: list[Any]) -> RowRead | None:
     if (numbers != list(range(seen + 1, seen + 1 + len(numbers)))
             or (numbers[-1] if numbers else seen) < int(written or 0)):
         return None
+    # A row is absolute: of one written several times since the cursor (a group re-credited in
+    # batch after batch), the last is the one to put, and the others are neither decoded nor put.
+    latest: dict[tuple[int, str], str] = {}
+    for _, values in entries:
+        for bucket, field, value in orjson.loads(values[b"r"]):
+            latest[(bucket, field)] = value
     rows = [(bucket, *state_format.decode_row_field(field), shard_format.decode_row(value))
-            for _, values in entries for bucket, field, value in orjson.loads(values[b"r"])]
+            for (bucket, field), value in latest.items()]
     return RowRead(log_cursor(entries[-1]) if entries else cursor, False, rows)
 
 

@@ -121,6 +121,20 @@ class StoreContract:
         assert {b for b, _, _, _ in store.read_rows("t:0", None, since_bucket=newest).rows} == {newest}
         assert store.partitions() == ["t:0"]
 
+    def test_a_row_written_again_since_the_cursor_is_read_once_as_last_written(self, store: StateStore) -> None:
+        engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
+        messages = [v for _, v in Simulator(SimulationSpec(events=600, seed=5, queries=20, rate=5.0)).messages()]
+        epoch = store.claim("t:0")
+        apply_batch(store, engine, "t:0", parsed(messages[:200]), epoch=epoch, next_offset=200)
+        cursor = store.read_rows("t:0", None, since_bucket=0).cursor
+        first = apply_batch(store, engine, "t:0", parsed(messages[200:400]), epoch=epoch, next_offset=400)
+        second = apply_batch(store, engine, "t:0", parsed(messages[400:]), epoch=epoch, next_offset=600)
+        # Both batches wrote rows of some groups: each is read once, as the second wrote it.
+        assert first.rows.keys() & second.rows.keys()
+        later = store.read_rows("t:0", cursor, since_bucket=0)
+        assert not later.whole
+        assert sorted(later.rows) == sorted((b, s, q, row) for (q, b, s), row in {**first.rows, **second.rows}.items())
+
     def test_every_partitions_rows_are_read_together_as_each_alone(self, store: StateStore) -> None:
         engine = Engine(MEASURE, BUCKET, horizon_ms=HORIZON)
         messages = [v for _, v in Simulator(SimulationSpec(events=900, seed=7, queries=20, rate=5.0)).messages()]
