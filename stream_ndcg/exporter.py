@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -31,7 +30,6 @@ from prometheus_client import (
     Info,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from stream_ndcg import __version__
@@ -39,10 +37,12 @@ from stream_ndcg.config import Settings
 from stream_ndcg.core_build import core_build
 from stream_ndcg.errors import StoreUnavailable
 from stream_ndcg.judge_metrics import JudgeCollector
-from stream_ndcg.listener import Listener, respond
+from stream_ndcg.listener import Listener
+from stream_ndcg.metrics_endpoint import serve_metrics
 from stream_ndcg.query_figures import PeriodicQueryFigures
 from stream_ndcg.setting_values import format_duration
 from stream_ndcg.state.base import StateStore
+from stream_ndcg.state.cache import CacheFigures
 from stream_ndcg.vocabulary import (
     DEDUPLICATED_TYPES,
     EVENT_TYPES,
@@ -114,6 +114,26 @@ class WindowTotals:
 # The exporter's warm-up reads again while a read takes longer than this, at most this many times.
 CAUGHT_UP_S = 0.1
 WARM_UP_READS = 5
+
+
+class _StateCacheCollector(Collector):
+    """The consumer's state cache (`state.cache`), read at each scrape."""
+
+    def __init__(self, figures: Callable[[], CacheFigures]) -> None:
+        self.figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        now = self.figures()
+        lookups = CounterMetricFamily(MetricName.STATE_CACHE_LOOKUPS, "Query states a batch asked the state cache "
+                                      "for: hit, found there; miss, read back from Redis (or new).", labels=["result"])
+        lookups.add_metric(["hit"], now.hits)
+        lookups.add_metric(["miss"], now.misses)
+        yield lookups
+        yield CounterMetricFamily(MetricName.STATE_CACHE_EVICTIONS, "Query states dropped from the state cache to "
+                                  "keep within state_cache_groups or state_cache_mib.", value=now.evictions)
+        yield GaugeMetricFamily(MetricName.STATE_CACHE_STATES, "Query states in the state cache.", value=now.states)
+        yield GaugeMetricFamily(MetricName.STATE_CACHE_BYTES, "The state cache's estimated size, which "
+                                "state_cache_mib bounds.", value=now.estimated_bytes)
 
 
 class _StoreCollector(Collector):
@@ -269,9 +289,9 @@ class Exporter:
 
     def __init__(self, registry: CollectorRegistry, store: StateStore | None, view: WindowView | None,
                  clock: Callable[[], float] = time.time, revision: str = "unknown", *,
-                 judge: JudgeCollector | None = None) -> None:
-        """`run`'s exporter reads `store` through `view`; `judge`'s has neither, and reads its own
-        state through `judge` instead."""
+                 judge: JudgeCollector | None = None, state_cache: Callable[[], CacheFigures] | None = None) -> None:
+        """`run`'s exporter reads `store` through `view`, and its consumer's state cache through
+        `state_cache`; `judge`'s has neither, and reads its own state through `judge` instead."""
         self.registry = registry
         # The process (CPU, memory, file descriptors), Python version and garbage collector
         # metrics that the default registry would carry, so a fresh registry loses nothing.
@@ -322,6 +342,8 @@ class Exporter:
             self._collector = _StoreCollector(store, view, clock, self.scrape_errors.inc)
             registry.register(self._collector)
             self.window_totals = self._collector.totals
+        if state_cache is not None:
+            registry.register(_StateCacheCollector(state_cache))
         if judge is not None:
             judge.on_error = self.scrape_errors.inc
             registry.register(judge)
@@ -360,28 +382,3 @@ class Exporter:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
-
-
-def serve_metrics(registry: CollectorRegistry, host: str, port: int, ready: Callable[[], bool]) -> Listener:
-    """/metrics of `registry`, /healthz and /readyz (200 while `ready()`), in a daemon thread."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the http.server interface
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-            elif path == "/healthz":
-                self._send(200, b"ok\n")
-            elif path == "/readyz":
-                ok = ready()
-                self._send(200 if ok else 503, b"ready\n" if ok else b"not ready\n")
-            else:
-                self._send(404, b"not found\n")
-
-        def _send(self, status: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
-            respond(self, status, body, content_type)
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-            logger.debug("http: " + format, *args)
-
-    return Listener(Handler, host, port, "metrics-http")

@@ -88,7 +88,7 @@ def build(settings: Settings, registry: CollectorRegistry | None = None) -> tupl
                                lambda seconds: holder[0].redis_seconds.observe(seconds) if holder else None)
     # The image sets the source revision at build time (Dockerfile ARG REVISION); it is not a setting.
     exporter = Exporter(registry, store, WindowView.from_settings(settings),
-                        revision=os.environ.get("STREAM_NDCG_REVISION", "unknown"))
+                        revision=os.environ.get("STREAM_NDCG_REVISION", "unknown"), state_cache=store.cache_figures)
     holder.append(exporter)
     kafka_options = settings.kafka_client_options()
     options = consumer_options(kafka_options, group_id=settings.group_id,

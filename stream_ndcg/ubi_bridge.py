@@ -42,8 +42,8 @@ from stream_ndcg.backoff import Backoff
 from stream_ndcg.config import Settings
 from stream_ndcg.errors import BrokerUnavailable, RecoverableError
 from stream_ndcg.events import Click, Impression, Limits
-from stream_ndcg.exporter import serve_metrics
 from stream_ndcg.foreground import run_in_foreground
+from stream_ndcg.metrics_endpoint import serve_metrics
 from stream_ndcg.source.base import Partition, Source, StartFrom
 from stream_ndcg.source.kafka import KafkaSource, consumer_options, new_consumer
 from stream_ndcg.source.kafka_output import KafkaOutput

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from stream_ndcg.query_state import QueryState
 
@@ -42,6 +43,18 @@ def estimated_bytes(state: QueryState) -> int:
     return size
 
 
+class CacheFigures(NamedTuple):
+    """What a cache did since it was made, and what it holds now (the exporter's state cache metrics)."""
+
+    # States a batch's load found here, and those it did not (read back from Redis, or new).
+    hits: int
+    misses: int
+    # States dropped to keep within a bound: each one that is wanted again is read back whole.
+    evictions: int
+    states: int
+    estimated_bytes: int
+
+
 class StateCache:
     """The query states this instance wrote, least recently used first out, across all partitions,
     bounded twice: by their groups (one query's impressions in one bucket and segment) and by
@@ -60,14 +73,19 @@ class StateCache:
         self.bytes = 0
         # (partition, query) -> (state, deadline, groups, estimated bytes)
         self._entries: OrderedDict[tuple[str, str], tuple[QueryState, float, int, int]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
 
     def get(self, partition: str, query_id: str, now: float) -> QueryState | None:
         entry = self._entries.get((partition, query_id))
-        if entry is None:
-            return None
-        if entry[1] <= now:
+        if entry is not None and entry[1] <= now:
             self._drop((partition, query_id))
+            entry = None
+        if entry is None:
+            self.misses += 1
             return None
+        self.hits += 1
         self._entries.move_to_end((partition, query_id))
         return entry[0]
 
@@ -82,6 +100,10 @@ class StateCache:
             self.bytes += size
         while self.groups > self.most_groups or self.bytes > self.most_bytes:
             self._drop(next(iter(self._entries)))
+            self.evictions += 1
+
+    def figures(self) -> CacheFigures:
+        return CacheFigures(self.hits, self.misses, self.evictions, len(self._entries), self.bytes)
 
     def forget(self, partition: str) -> None:
         for key in [key for key in self._entries if key[0] == partition]:

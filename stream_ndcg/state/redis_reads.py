@@ -26,7 +26,7 @@ from stream_ndcg.errors import StoreUnavailable
 from stream_ndcg.state import compact_format, experiment_format, redis_rows
 from stream_ndcg.state import format as state_format
 from stream_ndcg.state.base import ExperimentRead, RowRead
-from stream_ndcg.state.cache import StateCache
+from stream_ndcg.state.cache import CacheFigures, StateCache
 from stream_ndcg.state.redis_rows import text as text  # re-exported: the stores read replies with it
 from stream_ndcg.state.redis_scripts import AGGREGATE_READ_BUCKETS
 from stream_ndcg.vocabulary import AggregateKey
@@ -139,6 +139,10 @@ class RedisReads(RedisClient):
         self.experiment_ttl_ms = experiment_ttl_ms
         self._observe = observe_round_trip
         self._admitted: dict[tuple[str, str], bool] = {}
+
+    def cache_figures(self) -> CacheFigures:
+        """What the cache of the states this instance wrote did and holds (`state.cache`)."""
+        return self._cache.figures()
 
     @contextmanager
     def _round_trip(self, what: str, forget: Collection[str] = (), *, observe: bool = True,

@@ -11,7 +11,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from stream_ndcg import __version__
 from stream_ndcg.core_build import core_build
 from stream_ndcg.exporter import Exporter, WindowView
+from stream_ndcg.query_state import QueryState
 from stream_ndcg.segments import SegmentProjector
+from stream_ndcg.state.cache import StateCache, estimated_bytes
 from stream_ndcg.state.memory import MemoryStore
 from tests.support.exporter import MINUTE, T0, build, event, feed
 
@@ -124,3 +126,22 @@ def test_the_warm_up_reads_the_buckets_so_that_a_scrape_reads_only_what_changed_
                 if line.startswith(b"stream_ndcg_") and b"_created" not in line and b"duration" not in line]
 
     assert quality(generate_latest(fresh)) == quality(scraped)
+
+
+def test_the_state_cache_is_exported_as_its_figures_read_at_each_scrape() -> None:
+    registry = CollectorRegistry()
+    cache = StateCache(most_groups=2, most_bytes=2**40)
+    Exporter(registry, MemoryStore(), WindowView((10,), (MINUTE,), MINUTE, (), False), state_cache=cache.figures)
+    cache.put("t:0", {"a": QueryState(), "b": QueryState()}, deadline=100.0)
+    cache.get("t:0", "b", now=1.0)
+    cache.get("t:0", "missing", now=1.0)
+    cache.put("t:0", {"c": QueryState(), "d": QueryState()}, deadline=100.0)  # a group each: a and b go
+
+    def get(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert get("stream_ndcg_state_cache_lookups_total", result="hit") == 1
+    assert get("stream_ndcg_state_cache_lookups_total", result="miss") == 1
+    assert get("stream_ndcg_state_cache_evictions_total") == 2
+    assert get("stream_ndcg_state_cache_states") == 2
+    assert get("stream_ndcg_state_cache_estimated_bytes") == 2 * estimated_bytes(QueryState())

@@ -99,3 +99,15 @@ def test_a_zero_byte_bound_keeps_nothing() -> None:
     cache = StateCache(most_groups=100, most_bytes=0)
     cache.put("t:0", {"a": state(2)}, deadline=100.0)
     assert cache.get("t:0", "a", now=1.0) is None and cache.bytes == 0
+
+
+def test_hits_misses_and_evictions_are_counted_and_what_is_held_is_said() -> None:
+    cache = StateCache(most_groups=4, most_bytes=UNBOUNDED)
+    cache.put("t:0", {"a": state(1), "b": state(1)}, deadline=5.0)
+    assert cache.get("t:0", "a", now=1.0) is not None
+    assert cache.get("t:0", "nobody", now=1.0) is None
+    assert cache.get("t:0", "b", now=5.0) is None  # past its deadline: a miss, not an eviction
+    cache.put("t:1", {"c": state(1), "d": state(1)}, deadline=50.0)  # 6 groups: a goes, then all fit
+    figures = cache.figures()
+    assert (figures.hits, figures.misses, figures.evictions) == (1, 2, 1)
+    assert figures.states == 2 and figures.estimated_bytes == cache.bytes == 2 * estimated_bytes(state(1))
