@@ -15,6 +15,7 @@ from stream_ndcg.engine import Engine
 from stream_ndcg.events import parse_event
 from stream_ndcg.exporter import Exporter, WindowView
 from stream_ndcg.metric import Measure
+from stream_ndcg.state.cache import StateCache
 from stream_ndcg.state.memory import MemoryStore
 from tests.support.batches import apply_batch
 from tests.support.deploy import DEPLOY, ROOT, compose, dashboard_expressions, recorded_names, rules
@@ -108,7 +109,8 @@ def exported_names() -> set[str]:
                                        parse_event(b"not json")], epoch=store.claim("t:0"), next_offset=3)
     registry = CollectorRegistry()
     Exporter(registry, store, WindowView(cutoffs=(10,), windows_ms=(3_600_000,), bucket_ms=60_000,
-                                         segment_labels=("variant",), event_clock=True))
+                                         segment_labels=("variant",), event_clock=True),
+             state_cache=StateCache(most_groups=10, most_bytes=2**20).figures)
     families = list(registry.collect())
     samples = {sample.name for family in families for sample in family.samples}
     assert "stream_ndcg_ndcg" in samples and "stream_ndcg_events_rejected_total" in samples, samples
