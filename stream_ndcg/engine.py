@@ -233,8 +233,8 @@ class Engine:
         # brought it (each parsed event has its own strings): what a group holds is mostly its lists.
         ranked = tuple(map(intern, event.results[: self.measure.depth]))
         group.add_list(ranked, 1, self.measure.depth)
-        outcome.lists[(event.query_id, bucket, key[1], ranked)] = (
-            outcome.lists.get((event.query_id, bucket, key[1], ranked), 0) + 1)
+        listed = (event.query_id, bucket, key[1], ranked)
+        outcome.lists[listed] = outcome.lists.get(listed, 0) + 1
         todo.groups.add(key)
 
     def _remembered(self, bucket: int, now_ms: int | None) -> bool:
@@ -296,8 +296,8 @@ class Engine:
         # What the groups' kept sums were kept with, in the same terms as `gains` (grades under the list
         # ideal, whose kept sums need only know which documents are judged).
         gain_of = self.measure.gain_of
-        before: Mapping[str, float | None] = {doc: None if grade is None else gain_of(grade)
-                                              for doc, grade in todo.before.items()} if pool else todo.before
+        before: dict[str, float | None] = {doc: None if grade is None else gain_of(grade)
+                                           for doc, grade in todo.before.items()} if pool else todo.before
         todo.dirty.update(todo.groups)
         # Every group once per state read from the store (one stored before the sums of squares may
         # take them in) and whenever a grade moved (under the pool ideal each is renormalised if
@@ -320,7 +320,7 @@ class Engine:
             if self._credit(key, group, totals, aggregates, credits):
                 todo.dirty.add(key)
 
-    def _sync(self, group: Group, gains: Mapping[str, float], before: Mapping[str, float | None],
+    def _sync(self, group: Group, gains: dict[str, float], before: dict[str, float | None],
               moved: set[str]) -> GroupSums:
         """The group's kept sums, brought up to its places and the query's gains (made once, afresh,
         for a group read from the store or kept for another measure)."""
@@ -332,8 +332,8 @@ class Engine:
             sums.sync(group, gains, before, moved)
         return sums
 
-    def _totals(self, group: Group, sums: GroupSums, grades: Mapping[str, float], gains: Mapping[str, float],
-                ideals: Mapping[int, float], moved: set[str], before: Mapping[str, float | None]) -> dict[str, float]:
+    def _totals(self, group: Group, sums: GroupSums, grades: dict[str, float], gains: dict[str, float],
+                ideals: dict[int, float], moved: set[str], before: dict[str, float | None]) -> dict[str, float]:
         """The group's sums, from its kept `sums` and, under the list ideal, its lists
         scored with the query's grades (and, under the pool ideal, their `gains`; `moved`: the
         documents whose grade moved since it was last, `before` what they had then)."""
@@ -353,8 +353,7 @@ class Engine:
             dcgs, judged = sums.totals()
             cutoffs = self.measure.cutoffs
             squares = group.squares.sums(group.lists, gains, cutoffs, moved, before) if complete else None
-            totals.update(pooled_totals(dict(zip(cutoffs, dcgs, strict=True)),
-                                        dict(zip(cutoffs, judged, strict=True)), group.impressions, ideals, squares))
+            pooled_totals(cutoffs, dcgs, judged, group.impressions, ideals, squares, totals)
         if complete:
             totals[MOMENTS] = float(group.impressions)
         return totals
@@ -372,15 +371,20 @@ class Engine:
         bucket, segment = key
         changed = False
         credited = group.credited
-        # A figure it credited and no longer has (its squares, once its lists are not all known)
-        # is taken back.
-        gone = credited.keys() - totals.keys()
-        for name, value in [*totals.items(), *((name, 0.0) for name in gone)]:
+        for name, value in totals.items():
             change = value - credited.get(name, 0.0)
             if change:
                 aggregates[(bucket, segment, name)] = aggregates.get((bucket, segment, name), 0.0) + change
                 if credits is not None:
                     credits[(bucket, segment, name)] = credits.get((bucket, segment, name), 0.0) + change
+                changed = True
+        for name, value in credited.items():
+            # A figure it credited and no longer has (its squares, once its lists are not all known)
+            # is taken back.
+            if value and name not in totals:
+                aggregates[(bucket, segment, name)] = aggregates.get((bucket, segment, name), 0.0) - value
+                if credits is not None:
+                    credits[(bucket, segment, name)] = credits.get((bucket, segment, name), 0.0) - value
                 changed = True
         group.credited = totals
         return changed
