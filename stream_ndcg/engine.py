@@ -131,6 +131,8 @@ class Engine:
         if bucket_ms < 1:
             raise ValueError("bucket_ms must be positive")
         self.measure = measure
+        # The deepest rank the measure reads (a property of the measure's, found once here).
+        self.depth = measure.depth
         self.bucket_ms = bucket_ms
         self.horizon_ms = horizon_ms
         self.judgment_max_age_ms = judgment_max_age_ms
@@ -231,8 +233,8 @@ class Engine:
         group.impressions += 1
         # One copy of each document id for every list that shows it, however many impressions
         # brought it (each parsed event has its own strings): what a group holds is mostly its lists.
-        ranked = tuple(map(intern, event.results[: self.measure.depth]))
-        group.add_list(ranked, 1, self.measure.depth)
+        ranked = tuple(map(intern, event.results[: self.depth]))
+        group.add_list(ranked, 1, self.depth)
         listed = (event.query_id, bucket, key[1], ranked)
         outcome.lists[listed] = outcome.lists.get(listed, 0) + 1
         todo.groups.add(key)

@@ -54,7 +54,7 @@ def repeats_in(ranked: tuple[str, ...], depth: int) -> set[str] | None:
     """An empty set to gather the documents seen in a walk of the first `depth` ranks, when some
     repeats there; None for the usual list, which repeats nothing: each of its ranks is a first
     occurrence (`metric.first_occurrences`), and a walk of it needs no set."""
-    top = ranked[:depth]
+    top = ranked if len(ranked) <= depth else ranked[:depth]
     return None if len(set(top)) == len(top) else set()
 
 
@@ -232,7 +232,8 @@ class GroupSums:
                 if rank <= deepest:
                     weight = count * weights[rank]
                     for i in reach[rank]:
-                        sums[i] += weight
+                        # Written out, not +=: the compiled core adds a list's floats in place only so.
+                        sums[i] = sums[i] + weight
             for i in range(width):
                 if sums[i] > most[i]:
                     most[i], holders[i] = sums[i], doc
@@ -259,12 +260,12 @@ class GroupSums:
             if count:
                 weight = count * weights[rank]
                 for i in reach[rank]:
-                    exposure[i] += weight
+                    exposure[i] = exposure[i] + weight
             count = unjudged_at.get(rank, 0)
             if count:
                 weight = count * weights[rank]
                 for i in reach[rank]:
-                    unjudged[i] += weight
+                    unjudged[i] = unjudged[i] + weight
         top = self.top
         if top is None:
             top = self._offer([doc for doc in group.ranks if doc not in gains], group.ranks)
