@@ -61,25 +61,31 @@ FORGET_AFTER_MAX_AGES = 2
 SegmentKeyFn = Callable[[Segment], str]
 
 
-@dataclass
+@dataclass(init=False)
 class QueryChange:
     """What a batch did to one query's state, so that a store writes only that."""
 
     # Groups that took impressions in the batch.
-    groups: set[tuple[int, str]] = field(default_factory=set)
+    groups: set[tuple[int, str]]
     # Documents whose current grade moved.
-    docs: set[str] = field(default_factory=set)
+    docs: set[str]
     # The grade each of them had before the batch (None: none): what the groups' kept sums were
     # kept with (`group_sums`).
-    before: dict[str, float | None] = field(default_factory=dict)
+    before: dict[str, float | None]
     # The judgment events the batch added, per document (its grade may or may not have moved).
-    revised: dict[str, list[Revision]] = field(default_factory=dict)
+    revised: dict[str, list[Revision]]
     # Documents whose old judgment events were dropped (`Engine._judgment`): stored whole again.
-    pruned: set[str] = field(default_factory=set)
+    pruned: set[str]
     # Groups to write back: the new impressions' and every re-credited one.
-    dirty: set[tuple[int, str]] = field(default_factory=set)
+    dirty: set[tuple[int, str]]
     # Groups dropped behind the horizon.
-    removed: set[tuple[int, str]] = field(default_factory=set)
+    removed: set[tuple[int, str]]
+
+    def __init__(self) -> None:
+        # Each made here rather than by default factories, which the compiled core calls as Python
+        # callables: one of these is made for every query a batch touches.
+        self.groups, self.docs, self.before, self.revised = set(), set(), {}, {}
+        self.pruned, self.dirty, self.removed = set(), set(), set()
 
 
 @dataclass
