@@ -61,25 +61,31 @@ FORGET_AFTER_MAX_AGES = 2
 SegmentKeyFn = Callable[[Segment], str]
 
 
-@dataclass
+@dataclass(init=False)
 class QueryChange:
     """What a batch did to one query's state, so that a store writes only that."""
 
     # Groups that took impressions in the batch.
-    groups: set[tuple[int, str]] = field(default_factory=set)
+    groups: set[tuple[int, str]]
     # Documents whose current grade moved.
-    docs: set[str] = field(default_factory=set)
+    docs: set[str]
     # The grade each of them had before the batch (None: none): what the groups' kept sums were
     # kept with (`group_sums`).
-    before: dict[str, float | None] = field(default_factory=dict)
+    before: dict[str, float | None]
     # The judgment events the batch added, per document (its grade may or may not have moved).
-    revised: dict[str, list[Revision]] = field(default_factory=dict)
+    revised: dict[str, list[Revision]]
     # Documents whose old judgment events were dropped (`Engine._judgment`): stored whole again.
-    pruned: set[str] = field(default_factory=set)
+    pruned: set[str]
     # Groups to write back: the new impressions' and every re-credited one.
-    dirty: set[tuple[int, str]] = field(default_factory=set)
+    dirty: set[tuple[int, str]]
     # Groups dropped behind the horizon.
-    removed: set[tuple[int, str]] = field(default_factory=set)
+    removed: set[tuple[int, str]]
+
+    def __init__(self) -> None:
+        # Each made here rather than by default factories, which the compiled core calls as Python
+        # callables: one of these is made for every query a batch touches.
+        self.groups, self.docs, self.before, self.revised = set(), set(), {}, {}
+        self.pruned, self.dirty, self.removed = set(), set(), set()
 
 
 @dataclass
@@ -131,6 +137,8 @@ class Engine:
         if bucket_ms < 1:
             raise ValueError("bucket_ms must be positive")
         self.measure = measure
+        # The deepest rank the measure reads (a property of the measure's, found once here).
+        self.depth = measure.depth
         self.bucket_ms = bucket_ms
         self.horizon_ms = horizon_ms
         self.judgment_max_age_ms = judgment_max_age_ms
@@ -231,10 +239,10 @@ class Engine:
         group.impressions += 1
         # One copy of each document id for every list that shows it, however many impressions
         # brought it (each parsed event has its own strings): what a group holds is mostly its lists.
-        ranked = tuple(map(intern, event.results[: self.measure.depth]))
-        group.add_list(ranked, 1, self.measure.depth)
-        outcome.lists[(event.query_id, bucket, key[1], ranked)] = (
-            outcome.lists.get((event.query_id, bucket, key[1], ranked), 0) + 1)
+        ranked = tuple(map(intern, event.results[: self.depth]))
+        group.add_list(ranked, 1, self.depth)
+        listed = (event.query_id, bucket, key[1], ranked)
+        outcome.lists[listed] = outcome.lists.get(listed, 0) + 1
         todo.groups.add(key)
 
     def _remembered(self, bucket: int, now_ms: int | None) -> bool:
@@ -296,8 +304,8 @@ class Engine:
         # What the groups' kept sums were kept with, in the same terms as `gains` (grades under the list
         # ideal, whose kept sums need only know which documents are judged).
         gain_of = self.measure.gain_of
-        before: Mapping[str, float | None] = {doc: None if grade is None else gain_of(grade)
-                                              for doc, grade in todo.before.items()} if pool else todo.before
+        before: dict[str, float | None] = {doc: None if grade is None else gain_of(grade)
+                                           for doc, grade in todo.before.items()} if pool else todo.before
         todo.dirty.update(todo.groups)
         # Every group once per state read from the store (one stored before the sums of squares may
         # take them in) and whenever a grade moved (under the pool ideal each is renormalised if
@@ -320,7 +328,7 @@ class Engine:
             if self._credit(key, group, totals, aggregates, credits):
                 todo.dirty.add(key)
 
-    def _sync(self, group: Group, gains: Mapping[str, float], before: Mapping[str, float | None],
+    def _sync(self, group: Group, gains: dict[str, float], before: dict[str, float | None],
               moved: set[str]) -> GroupSums:
         """The group's kept sums, brought up to its places and the query's gains (made once, afresh,
         for a group read from the store or kept for another measure)."""
@@ -332,8 +340,8 @@ class Engine:
             sums.sync(group, gains, before, moved)
         return sums
 
-    def _totals(self, group: Group, sums: GroupSums, grades: Mapping[str, float], gains: Mapping[str, float],
-                ideals: Mapping[int, float], moved: set[str], before: Mapping[str, float | None]) -> dict[str, float]:
+    def _totals(self, group: Group, sums: GroupSums, grades: dict[str, float], gains: dict[str, float],
+                ideals: dict[int, float], moved: set[str], before: dict[str, float | None]) -> dict[str, float]:
         """The group's sums, from its kept `sums` and, under the list ideal, its lists
         scored with the query's grades (and, under the pool ideal, their `gains`; `moved`: the
         documents whose grade moved since it was last, `before` what they had then)."""
@@ -353,8 +361,7 @@ class Engine:
             dcgs, judged = sums.totals()
             cutoffs = self.measure.cutoffs
             squares = group.squares.sums(group.lists, gains, cutoffs, moved, before) if complete else None
-            totals.update(pooled_totals(dict(zip(cutoffs, dcgs, strict=True)),
-                                        dict(zip(cutoffs, judged, strict=True)), group.impressions, ideals, squares))
+            pooled_totals(cutoffs, dcgs, judged, group.impressions, ideals, squares, totals)
         if complete:
             totals[MOMENTS] = float(group.impressions)
         return totals
@@ -372,15 +379,20 @@ class Engine:
         bucket, segment = key
         changed = False
         credited = group.credited
-        # A figure it credited and no longer has (its squares, once its lists are not all known)
-        # is taken back.
-        gone = credited.keys() - totals.keys()
-        for name, value in [*totals.items(), *((name, 0.0) for name in gone)]:
+        for name, value in totals.items():
             change = value - credited.get(name, 0.0)
             if change:
                 aggregates[(bucket, segment, name)] = aggregates.get((bucket, segment, name), 0.0) + change
                 if credits is not None:
                     credits[(bucket, segment, name)] = credits.get((bucket, segment, name), 0.0) + change
+                changed = True
+        for name, value in credited.items():
+            # A figure it credited and no longer has (its squares, once its lists are not all known)
+            # is taken back.
+            if value and name not in totals:
+                aggregates[(bucket, segment, name)] = aggregates.get((bucket, segment, name), 0.0) - value
+                if credits is not None:
+                    credits[(bucket, segment, name)] = credits.get((bucket, segment, name), 0.0) - value
                 changed = True
         group.credited = totals
         return changed

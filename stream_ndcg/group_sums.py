@@ -25,26 +25,69 @@ number whether found then or when the document's impressions grew.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Mapping
 from typing import Protocol
 
-from stream_ndcg.metric import discount, first_occurrences
+from stream_ndcg.metric import discount
 from stream_ndcg.window_sums import exact, rounded
 
-# A judged document's gain (a document not in it is not judged).
-GainOf = Mapping[str, float]
+# A judged document's gain (a document not in it is not judged). Dicts, not mappings, here and
+# below: the compiled core reads a dict in place, a mapping through its methods.
+GainOf = dict[str, float]
 # Per cut-off, the most exposure one unjudged document holds, and which (None: none).
 Top = tuple[tuple[float, str | None], ...]
 # The gains the sums were kept with, of the documents whose grade moved since: None, not judged.
-GainsBefore = Mapping[str, float | None]
+GainsBefore = dict[str, float | None]
+# doc -> {first rank -> impressions showing it there}: a group's index (`query_state.Group.ranks`).
+Ranks = dict[str, dict[int, int]]
 
 
 class Placed(Protocol):
     """What a `GroupSums` reads of its group (`query_state.Group`)."""
 
-    ranks: dict[str, dict[int, int]]
+    ranks: Ranks
 
     def shown_at(self) -> dict[int, int]: ...
+
+
+def repeats_in(ranked: tuple[str, ...], depth: int) -> set[str] | None:
+    """An empty set to gather the documents seen in a walk of the first `depth` ranks, when some
+    repeats there; None for the usual list, which repeats nothing: each of its ranks is a first
+    occurrence (`metric.first_occurrences`), and a walk of it needs no set."""
+    top = ranked if len(ranked) <= depth else ranked[:depth]
+    return None if len(set(top)) == len(top) else set()
+
+
+def index_list(ranks: Ranks, shown: dict[int, int] | None, ranked: tuple[str, ...], count: int,
+               depth: int) -> None:
+    """`count` impressions of `ranked` added to a group's index (`query_state.Group.add_list`), and
+    to its impressions by rank when it keeps them (`shown`)."""
+    seen = repeats_in(ranked, depth)
+    rank = 0
+    for doc in ranked:
+        rank += 1
+        if rank > depth:
+            break
+        if seen is not None:
+            if doc in seen:
+                continue
+            seen.add(doc)
+        at = ranks.get(doc)
+        if at is None:
+            ranks[doc] = {rank: count}
+        else:
+            at[rank] = at.get(rank, 0) + count
+        if shown is not None:
+            shown[rank] = shown.get(rank, 0) + count
+
+
+def shown_by_rank(ranks: Ranks) -> dict[int, int]:
+    """rank -> impressions with a document there: the ranks of a group's index summed over documents."""
+    shown: dict[int, int] = {}
+    for at in ranks.values():
+        for rank, count in at.items():
+            shown[rank] = shown.get(rank, 0) + count
+    return shown
 
 
 @functools.cache
@@ -59,7 +102,7 @@ class GroupSums:
 
     # Few attributes and no list per figure: a cache holds one of these per group, and each object
     # the collector walks costs every full collection.
-    __slots__ = ("key", "cutoffs", "table", "pooled", "sums", "unjudged_at", "pending", "top")
+    __slots__ = ("key", "cutoffs", "reach", "weights", "pooled", "sums", "unjudged_at", "pending", "top")
 
     def __init__(self, group: Placed, gains: GainOf, cutoffs: tuple[int, ...], pooled: bool,
                  key: object = None) -> None:
@@ -67,7 +110,8 @@ class GroupSums:
         what the gains were made with (a measure's), for the caller to know the sums its own."""
         self.key = key
         self.cutoffs = cutoffs
-        self.table = rank_table(cutoffs)
+        # Per rank, the positions of the cut-offs that reach it, and its discount (`rank_table`).
+        self.reach, self.weights = rank_table(cutoffs)
         # Whether the DCG sums are kept (the pool ideal's); the exposure figures always are.
         self.pooled = pooled
         # Per cut-off the exact DCG sum, then per cut-off the impressions of judged documents within it.
@@ -79,25 +123,34 @@ class GroupSums:
         # Per cut-off, the most exposure one unjudged document holds, and which; None: to be found
         # (the document holding one was judged, or nothing was read yet).
         self.top: Top | None = None
-        deepest = max(cutoffs)
+        deepest = len(self.weights) - 1
         for doc, at in group.ranks.items():
             gain = gains.get(doc)
             for rank, count in at.items():
                 if rank <= deepest:
                     self._place(gain, rank, 0, count)
 
-    def sync(self, group: Placed, gains: GainOf, before: GainsBefore, moved: Set[str]) -> None:
+    def sync(self, group: Placed, gains: GainOf, before: GainsBefore, moved: set[str]) -> None:
         """Take in the impressions added since the last sync, with the gains the sums were kept with
         (`before` for the documents whose grade moved since, `gains` for the others), then the moves
         of `moved`: each place of a moved document's term replaced."""
-        deepest = max(self.cutoffs)
+        deepest = len(self.weights) - 1
         grown: list[str] = []
         ranks = group.ranks
-        unjudged_at = self.unjudged_at
         # (document, rank) -> impressions added there, of the judged places: each one's term moves once.
         judged: dict[tuple[str, int], int] = {}
+        unjudged_at = self.unjudged_at
         for ranked, count in self.pending:
-            for rank, doc in first_occurrences(ranked, deepest):
+            seen = repeats_in(ranked, deepest)
+            rank = 0
+            for doc in ranked:
+                rank += 1
+                if rank > deepest:
+                    break
+                if seen is not None:
+                    if doc in seen:
+                        continue
+                    seen.add(doc)
                 if (before.get(doc) if doc in moved else gains.get(doc)) is None:
                     unjudged_at[rank] = unjudged_at.get(rank, 0) + count
                     grown.append(doc)
@@ -120,84 +173,103 @@ class GroupSums:
                     self._place(new, rank, 0, count)
             if new is None:
                 grown.append(doc)
-            elif self.top is not None and any(doc == held for _, held in self.top):
+            elif self.top is not None and self._holds(doc):
                 self.top = None
-        if self.top is not None:
+        if self.top is not None and grown:
             self._offer([doc for doc in dict.fromkeys(grown) if doc not in gains], ranks)
+
+    def _holds(self, doc: str) -> bool:
+        """Whether `doc` holds the most exposure at some cut-off (`top`)."""
+        for _, held in self.top or ():
+            if held == doc:
+                return True
+        return False
 
     def _place(self, gain: float | None, rank: int, was: int, now: int) -> None:
         """The impressions at one place of one document went from `was` to `now`."""
         if gain is None:
             self.unjudged_at[rank] = self.unjudged_at.get(rank, 0) + now - was
             return
-        reach, weights = self.table
+        reach = self.reach[rank]
         sums = self.sums
         if self.pooled:
             # As `pooled_sums` forms each term: gain * count, then * discount.
-            term = exact(gain * now * weights[rank]) - (exact(gain * was * weights[rank]) if was else 0)
-            for i in reach[rank]:
+            weight = self.weights[rank]
+            term = exact(gain * now * weight) - (exact(gain * was * weight) if was else 0)
+            for i in reach:
                 sums[i] += term
         width = len(self.cutoffs)
-        for i in reach[rank]:
+        for i in reach:
             sums[width + i] += now - was
 
-    def _offer(self, docs: Iterable[str], ranks: Mapping[str, Mapping[int, int]]) -> Top:
+    def _offer(self, docs: list[str], ranks: Ranks) -> Top:
         """Unjudged documents whose exposure grew, or that became unjudged: the most one holds may be
         theirs. A document's exposure is summed over its ranks in their order in `ranks`, so that it
         is the same number however it was reached."""
         width = len(self.cutoffs)
-        reach, weights = self.table
+        reach, weights = self.reach, self.weights
         deepest = len(weights) - 1
-        top = list(self.top or [(0.0, None)] * width)
+        most: list[float] = [0.0] * width
+        holders: list[str | None] = [None] * width
+        if self.top is not None:
+            for i in range(width):
+                most[i], holders[i] = self.top[i]
+        sums: list[float] = [0.0] * width
         for doc in docs:
             at = ranks[doc]
             if len(at) == 1:
                 # Most documents stand at one rank of a group: their exposure is one term.
-                ((rank, count),) = at.items()
-                if rank <= deepest:
-                    held = count * weights[rank]
-                    for i in reach[rank]:
-                        if held > top[i][0]:
-                            top[i] = (held, doc)
+                for rank, count in at.items():
+                    if rank <= deepest:
+                        held = count * weights[rank]
+                        for i in reach[rank]:
+                            if held > most[i]:
+                                most[i], holders[i] = held, doc
                 continue
-            sums = [0.0] * width
+            for i in range(width):
+                sums[i] = 0.0
             for rank, count in at.items():
                 if rank <= deepest:
                     weight = count * weights[rank]
                     for i in reach[rank]:
-                        sums[i] += weight
+                        # Written out, not +=: the compiled core adds a list's floats in place only so.
+                        sums[i] = sums[i] + weight
             for i in range(width):
-                if sums[i] > top[i][0]:
-                    top[i] = (sums[i], doc)
-        self.top = tuple(top)
-        return self.top
+                if sums[i] > most[i]:
+                    most[i], holders[i] = sums[i], doc
+        top = self.top = tuple([(most[i], holders[i]) for i in range(width)])
+        return top
 
     def totals(self) -> tuple[list[float], list[int]]:
         """Per cut-off: the DCG sum (rounded once) and the impressions of judged documents within it."""
         width = len(self.cutoffs)
         return [rounded(total) for total in self.sums[:width]], self.sums[width:]
 
-    def exposure(self, group: Placed, gains: GainOf) -> tuple[float, ...]:
+    def exposure(self, group: Placed, gains: Mapping[str, float]) -> tuple[float, ...]:
         """Per cut-off: the group's top-k exposure, the part unjudged documents hold, and the most
         one unjudged document holds (`rows.group_row` writes them)."""
-        cutoffs = self.cutoffs
+        width = len(self.cutoffs)
         shown = group.shown_at()
-        reach, weights = self.table
+        reach, weights = self.reach, self.weights
+        unjudged_at = self.unjudged_at
         # Rank by rank, from the top: each figure the same number however its counts came.
-        exposure = [0.0] * len(cutoffs)
-        unjudged = [0.0] * len(cutoffs)
+        exposure: list[float] = [0.0] * width
+        unjudged: list[float] = [0.0] * width
         for rank in range(1, len(weights)):
-            count = shown.get(rank)
+            count = shown.get(rank, 0)
             if count:
                 weight = count * weights[rank]
                 for i in reach[rank]:
-                    exposure[i] += weight
-            count = self.unjudged_at.get(rank)
+                    exposure[i] = exposure[i] + weight
+            count = unjudged_at.get(rank, 0)
             if count:
                 weight = count * weights[rank]
                 for i in reach[rank]:
-                    unjudged[i] += weight
+                    unjudged[i] = unjudged[i] + weight
         top = self.top
         if top is None:
             top = self._offer([doc for doc in group.ranks if doc not in gains], group.ranks)
-        return tuple(value for i in range(len(cutoffs)) for value in (exposure[i], unjudged[i], top[i][0]))
+        figures: list[float] = []
+        for i in range(width):
+            figures += (exposure[i], unjudged[i], top[i][0])
+        return tuple(figures)

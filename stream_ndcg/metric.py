@@ -294,41 +294,66 @@ def pooled_sums(
     # filter per cut-off.
     shown = [(rank, gain_value * count * discounts[rank], count)
              for gain_value, at in judged for rank, count in at.items() if rank <= deepest]
-    dcgs: dict[int, float] = {}
-    judged_counts: dict[int, int] = {}
+    dcgs: list[float] = []
+    judged_counts: list[int] = []
     for k in ideals:
         within = [(term, count) for rank, term, count in shown if rank <= k]
-        dcgs[k] = math.fsum([term for term, _ in within])
-        judged_counts[k] = sum([count for _, count in within])
-    return pooled_totals(dcgs, judged_counts, impressions, ideals, squares)
+        dcgs.append(math.fsum([term for term, _ in within]))
+        judged_counts.append(sum([count for _, count in within]))
+    return pooled_totals(tuple(ideals), dcgs, judged_counts, impressions, dict(ideals), squares)
+
+
+# Per cut-off, the names of the pooled figures (`pooled_names`), each made once.
+_POOLED_NAMES: dict[int, tuple[str, str, str, str, str, str]] = {}
+
+
+def pooled_names(k: int) -> tuple[str, str, str, str, str, str]:
+    """The names of the sums of DCG, judged ratio, nDCG, scored impressions, DCG squares and nDCG
+    squares at cut-off `k`: looked up, not formatted again for every group re-credited."""
+    names = _POOLED_NAMES.get(k)
+    if names is None:
+        names = _POOLED_NAMES[k] = (dcg_at(k), judged_at(k), ndcg_at(k), scored_at(k), dcg_squares_at(k),
+                                    ndcg_squares_at(k))
+    return names
 
 
 def pooled_totals(
-    dcgs: Mapping[int, float],
-    judged: Mapping[int, int],
+    cutoffs: tuple[int, ...],
+    dcgs: list[float],
+    judged: list[int],
     impressions: int,
-    ideals: Mapping[int, float],
+    ideals: dict[int, float],
     squares: Mapping[str, float] | None = None,
+    sums: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """The aggregate fields of `impressions` lists sharing the pool ideal, from their DCG sums and
-    the impressions of judged documents within each cut-off (what `pooled_sums` finds from where
-    they stand, and `group_sums` keeps)."""
-    sums: dict[str, float] = {}
-    for k in ideals:
-        sums[dcg_at(k)] = dcgs[k]
-        sums[judged_at(k)] = judged[k] / k
+    the impressions of judged documents within each of the `cutoffs`, in their order (what
+    `pooled_sums` finds from where they stand, and `group_sums` keeps); added to `sums` if given."""
+    if sums is None:
+        sums = {}
+    for i in range(len(cutoffs)):
+        k = cutoffs[i]
+        names = pooled_names(k)
+        sums[names[0]] = dcgs[i]
+        sums[names[1]] = judged[i] / k
     if squares:
         sums.update(squares)
     return pooled_ndcg(sums, impressions, ideals)
 
 
-def pooled_ndcg(sums: dict[str, float], impressions: int, ideals: Mapping[int, float]) -> dict[str, float]:
+def pooled_ndcg(sums: dict[str, float], impressions: int, ideals: dict[int, float]) -> dict[str, float]:
     """Set the nDCG sums from the DCG sums of `impressions` lists sharing the pool ideal: the sum
     of their nDCG is the sum of their DCG over it, and of their squares the DCG's squares over its
-    square (where those are known)."""
+    square (where those are known). An undefined nDCG adds to neither sum (`ndcg_sums`)."""
     for k, ideal in ideals.items():
-        sums[ndcg_at(k)], sums[scored_at(k)] = ndcg_sums([(ndcg(sums[dcg_at(k)], ideal), impressions)])
-        squares = sums.get(dcg_squares_at(k))
+        names = pooled_names(k)
+        if ideal > 0.0:
+            # `ndcg_sums` of the one value: its fsum, the value itself with a negative zero made positive.
+            sums[names[2]] = sums[names[0]] / ideal + 0.0
+            sums[names[3]] = float(impressions)
+        else:
+            sums[names[2]] = sums[names[3]] = 0.0
+        squares = sums.get(names[4])
         if squares is not None:
-            sums[ndcg_squares_at(k)] = squares / (ideal * ideal) if ideal > 0.0 else 0.0
+            sums[names[5]] = squares / (ideal * ideal) if ideal > 0.0 else 0.0
     return sums

@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from stream_ndcg.events import Judgment, revision_precedence
-from stream_ndcg.group_sums import GroupSums
+from stream_ndcg.group_sums import GroupSums, index_list, shown_by_rank
 from stream_ndcg.list_squares import ListSquares
 from stream_ndcg.list_terms import ListTerms
-from stream_ndcg.metric import Measure, first_occurrences, ideal_dcg
+from stream_ndcg.metric import Measure, ideal_dcg
 
 # (ts, event_id, grade, source): one judgment event of a (query, document) pair.
 Revision = tuple[int, str | None, float | None, str]
@@ -87,12 +87,9 @@ class Group:
             self.terms.added(ranked, count)
         if self.sums is not None:
             self.sums.pending.append((ranked, count))
-        shown = self._shown_at
-        for rank, doc in first_occurrences(ranked, depth):
-            at = self.ranks.setdefault(doc, {})
-            at[rank] = at.get(rank, 0) + count
-            if shown is not None:
-                shown[rank] = shown.get(rank, 0) + count
+        # The places' loop is the compiled core's (`group_sums`): this class stays interpreted, as the
+        # stores' caches take weak references to it.
+        index_list(self.ranks, self._shown_at, ranked, count, depth)
 
     def lists_complete(self) -> bool:
         """Whether the group holds every list it counts: what its sums of squares are made of."""
@@ -103,11 +100,7 @@ class Group:
     def shown_at(self) -> dict[int, int]:
         """rank -> how many of the group's impressions show a document there."""
         if self._shown_at is None:
-            shown: dict[int, int] = {}
-            for at in self.ranks.values():
-                for rank, count in at.items():
-                    shown[rank] = shown.get(rank, 0) + count
-            self._shown_at = shown
+            self._shown_at = shown_by_rank(self.ranks)
         return self._shown_at
 
     def exposure(self, grades: Mapping[str, float], cutoffs: tuple[int, ...]) -> tuple[float, ...]:
@@ -116,7 +109,8 @@ class Group:
         keeps them, else found from its places (a group read back from its stored form)."""
         sums = self.sums
         if sums is None or sums.cutoffs != cutoffs:
-            sums = GroupSums(self, grades, cutoffs, pooled=False)
+            # The engine's grades are a dict, which the compiled sums read in place.
+            sums = GroupSums(self, grades if isinstance(grades, dict) else dict(grades), cutoffs, pooled=False)
         return sums.exposure(self, grades)
 
 

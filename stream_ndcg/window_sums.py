@@ -23,6 +23,8 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from math import frexp
+from typing import Final
 
 from stream_ndcg.vocabulary import segment_values
 
@@ -32,18 +34,28 @@ BucketSums = Mapping[tuple[str, str], float]
 # in that order, 8 bytes each: a day of minutes of 64 partitions is 92,160 of them.
 _Held = tuple[tuple[tuple[str, str], ...], "array[float]"]
 # Where every double sits on the integer grid: 2**-1074 is the least positive one.
-_GRID_BITS = 1074
+# (Final: the compiled core builds them into its code rather than looking them up at each call.)
+_GRID_BITS: Final = 1074
+# One, in whole numbers of 2**-1074: what `rounded` divides by.
+_GRID: Final = 1 << _GRID_BITS
+# A double's significand, as a whole number: 53 bits.
+_SIGNIFICAND: Final = 9007199254740992.0
 
 
 def exact(value: float) -> int:
-    """`value` as a whole number of 2**-1074."""
-    numerator, denominator = value.as_integer_ratio()
-    return numerator << (_GRID_BITS + 1 - denominator.bit_length())
+    """`value` as a whole number of 2**-1074: its significand as an integer (frexp's mantissa times
+    2**53, exact), shifted onto the grid; a subnormal's significand ends in at least as many zero
+    bits as the right shift drops. The number `float.as_integer_ratio` gives too, which costs a loop
+    per bit of the fraction and a power of two as large as the denominator."""
+    mantissa, exponent = frexp(value)
+    shift = exponent + _GRID_BITS - 53
+    significand = int(mantissa * _SIGNIFICAND)
+    return significand << shift if shift >= 0 else significand >> -shift
 
 
 def rounded(total: int) -> float:
     """The double nearest a whole number of 2**-1074 (int / int rounds correctly)."""
-    return total / (1 << _GRID_BITS)
+    return total / _GRID
 
 
 @dataclass

@@ -31,6 +31,14 @@ def test_exact_and_rounded_are_inverse(value: float) -> None:
     assert Fraction(exact(value), 2**1074) == Fraction(value)
 
 
+def test_exact_holds_at_the_ends_of_the_doubles() -> None:
+    # Subnormals (a right shift onto the grid), the least and greatest doubles, both zeros.
+    for value in [5e-324, -5e-324, sys.float_info.min, sys.float_info.min / 3, -sys.float_info.min / 1e10,
+                  sys.float_info.max, -sys.float_info.max, 0.0, -0.0]:
+        assert Fraction(exact(value), 2**1074) == Fraction(value)
+        assert rounded(exact(value)) == value
+
+
 def test_a_total_of_many_is_rounded_once() -> None:
     parts = [0.1] * 10 + [1e16, -1e16]
     assert rounded(sum(exact(v) for v in parts)) == math.fsum(parts) != sum(parts)
