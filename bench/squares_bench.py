@@ -69,8 +69,8 @@ def main() -> int:
     medians = {name: statistics.median(values) for name, values in rates.items()}
     ratio = medians[COMPILED_KEPT] / medians[COMPILED_CUT]
     pure_ratio = medians[PURE_KEPT] / medians[PURE_CUT]
-    rows = "\n".join(f"| {LABELS.get(name, name)} | {medians[name]:,.0f} | {', '.join(f'{v:,.0f}' for v in rates[name])} |"
-                     for name in rates)
+    rows = "\n".join(f"| {LABELS.get(name, name)} | {medians[name]:,.0f} | "
+                     f"{', '.join(f'{v:,.0f}' for v in rates[name])} |" for name in rates)
     section = f"""## Squares
 
 `{command(__file__)}`, {stamp()}, redis-server on loopback: {args.events:,} events of the service
