@@ -19,10 +19,12 @@ replay's are.
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from stream_ndcg.vocabulary import segment_values
 
@@ -32,18 +34,26 @@ BucketSums = Mapping[tuple[str, str], float]
 # in that order, 8 bytes each: a day of minutes of 64 partitions is 92,160 of them.
 _Held = tuple[tuple[tuple[str, str], ...], "array[float]"]
 # Where every double sits on the integer grid: 2**-1074 is the least positive one.
-_GRID_BITS = 1074
+_GRID_BITS: Final = 1074
+
+
+_GRID: Final = 1 << _GRID_BITS
+# A double's significand as `math.frexp` gives it, in [0.5, 1), times 2**53 is a whole number.
+_SIGNIFICAND_SCALE: Final = float(1 << 53)
 
 
 def exact(value: float) -> int:
-    """`value` as a whole number of 2**-1074."""
-    numerator, denominator = value.as_integer_ratio()
-    return numerator << (_GRID_BITS + 1 - denominator.bit_length())
+    """`value` as a whole number of 2**-1074. (By its significand and exponent: fewer steps than
+    `as_integer_ratio`, whose denominator is itself a number of up to 1074 bits.)"""
+    significand, exponent = math.frexp(value)
+    whole, shift = int(significand * _SIGNIFICAND_SCALE), exponent - 53 + _GRID_BITS
+    # Below 2**-1021 the whole number ends in zeros that the shift right drops.
+    return whole << shift if shift >= 0 else whole >> -shift
 
 
 def rounded(total: int) -> float:
     """The double nearest a whole number of 2**-1074 (int / int rounds correctly)."""
-    return total / (1 << _GRID_BITS)
+    return total / _GRID
 
 
 @dataclass
