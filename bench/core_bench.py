@@ -14,7 +14,8 @@ A third process per round runs the pure build with its sums of squares cut out, 
 bench's does (its cut patches the pure `ListSquares`, which a compiled native class refuses):
 the compiled pipeline with its squares over the pure one without them reads how much of issue
 #29's squares cost the compiled core pays back. It is not that target's reading, which is one
-build with and without its squares (section Squares).
+build with and without its squares (section Squares: the squares bench compiles a copy with them
+cut out of its source, `cut_squares_source`).
 """
 
 from __future__ import annotations

@@ -13,9 +13,11 @@ asked for.
 
 What a list costs is most of what the squares cost (in the service's workload nearly every
 impression is a list of its own), so the common cases are cut short: a list that shows no judged
-document scores 0 without being scored, a grade that moves between none and a zero gain rescores
-nothing, and the exact squares of a list's DCGs are found once for all the lists that share them
-(`_SQUARES`: in a query with few judgments most lists score one of a few sums).
+document is scored by its lookups alone, a grade that moves between none and a zero gain rescores
+nothing, and the exact square of a DCG is found once for all the lists that score it (`_SQUARES`:
+in a query with few judgments most lists score one of a few sums). The compiled core (mypyc)
+runs this module as C, where typed loops over lists of floats and ints pay and calls through
+`map` or `operator` do not: it is written for that, the Python sources staying the reference.
 """
 
 from __future__ import annotations
