@@ -237,14 +237,15 @@ class ListSquares:
                     old, new = dcgs[number * stride + cut], scores[i * stride + cut]
                     if old != new:
                         dcgs[number * stride + cut] = new
-                        totals[cut] += count * (_square(new) - _square(old))
+                        moved_by = _square(new) - _square(old)
+                        totals[cut] += moved_by if count == 1 else count * moved_by
                         changed = True
         # The lists new to the group are numbered and indexed as they come, their impressions
         # counted, and scored together once all are in (a new list shown twice holds both).
         numbers, index, depth = self.numbers, self.showing, len(layout.discounts)
         first_new = len(tops)
-        pending_counts = self.pending_counts
-        for i, ranked in enumerate(self.pending):
+        pending, pending_counts = self.pending, self.pending_counts
+        for i, ranked in enumerate(pending):
             count = pending_counts[i]
             held = numbers.get(ranked, -1)
             if held < 0:
@@ -261,7 +262,8 @@ class ListSquares:
                     if value != 0.0:
                         totals[cut] += count * _square(value)
                         changed = True
-        self.pending, self.pending_counts = [], []
+        pending.clear()
+        pending_counts.clear()
         if len(tops) > first_new:
             scores = list_dcgs(tops[first_new:], table, layout)
             dcgs.extend(scores)
