@@ -175,8 +175,8 @@ class ListSquares:
 
     Each list is known by a number, given in the order the lists came, and what is kept of it is
     found by that number: a list's tuple is hashed once per impression, never again for a
-    rescoring, and the index holds numbers. Its DCGs stand in one list of floats, a list's at its
-    number times the cut-offs: no object per list but the list itself."""
+    rescoring, and the index holds numbers. The lists' DCGs stand in one list of floats, a list's at
+    its number times the cut-offs, rather than in a tuple per list."""
 
     __slots__ = ("numbers", "tops", "dcgs", "counts", "showing", "totals", "pending", "pending_counts", "layout",
                  "found")
