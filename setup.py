@@ -75,7 +75,7 @@ def _compiled_core() -> list[Any]:
         return []
     sources = [f"stream_ndcg/{name}.py" for name in core_build.COMPILED_MODULES]
     try:
-        extensions = mypycify(sources, opt_level="3", group_name="stream_ndcg.core")
+        extensions = mypycify(sources, opt_level=core_build.OPT_LEVEL, group_name=core_build.GROUP_NAME)
     except BaseException as error:  # mypyc exits (SystemExit) on a type error; the install must go on
         _say(f"mypyc failed ({error!r}): the pure-Python core is installed alone")
         return []

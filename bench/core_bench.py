@@ -14,11 +14,13 @@ A third process per round runs the pure build with its sums of squares cut out, 
 bench's does (its cut patches the pure `ListSquares`, which a compiled native class refuses):
 the compiled pipeline with its squares over the pure one without them reads how much of issue
 #29's squares cost the compiled core pays back. It is not that target's reading, which is one
-build with and without its squares (section Squares).
+build with and without its squares (section Squares: the squares bench compiles a copy with them
+cut out of its source, `cut_squares_source`).
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import statistics
 import subprocess
@@ -29,14 +31,17 @@ from pathlib import Path
 from bench.harness.results import argument_parser, command, publish, stamp
 from bench.harness.servers import redis_server
 from bench.harness.workloads import workload
+from stream_ndcg import core_build
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPILED, PURE, PURE_CUT = "compiled", "pure", "pure, squares cut out"
-PURE_VARIABLE = "STREAM_NDCG_PURE"
+PURE_VARIABLE = core_build.PURE_VARIABLE
+# The compiled group's shared library, as mypyc names it after the group.
+GROUP_LIBRARY = f"{core_build.GROUP_NAME}__mypyc"
 
 
 def cut_squares() -> None:
-    """Swap the engine's squares step for one that keeps nothing (in this process only)."""
+    """Swap the engine's squares step for one that keeps nothing (in this process only, pure core)."""
     from stream_ndcg.list_squares import ListSquares
 
     def no_sums(self: ListSquares, *args: object, **kwargs: object) -> dict[str, float]:
@@ -49,29 +54,68 @@ def cut_squares() -> None:
     ListSquares.added = not_added  # type: ignore[method-assign]
 
 
+# The cut of `cut_squares` written into a copy's source, for a compiled copy (a native class's
+# methods cannot be replaced): each method's body, docstring and all, becomes this one statement.
+CUT_BODIES = {"sums": "return {}", "added": "return None"}
+
+
+def cut_squares_source(package_dir: Path) -> None:
+    """Cut the squares out of `package_dir`/list_squares.py as `cut_squares` does in a process."""
+    path = package_dir / "list_squares.py"
+    lines = path.read_text().splitlines(keepends=True)
+    (squares,) = [node for node in ast.parse("".join(lines)).body
+                  if isinstance(node, ast.ClassDef) and node.name == "ListSquares"]
+    methods = [node for node in squares.body if isinstance(node, ast.FunctionDef) and node.name in CUT_BODIES]
+    if len(methods) != len(CUT_BODIES):
+        raise SystemExit(f"{path}: ListSquares has not the methods the cut replaces ({', '.join(CUT_BODIES)})")
+    # From the last up, so that the line numbers of the others stay as parsed.
+    for method in sorted(methods, key=lambda node: node.lineno, reverse=True):
+        first, end = method.body[0], method.body[-1].end_lineno
+        lines[first.lineno - 1:end] = [" " * first.col_offset + CUT_BODIES[method.name] + "\n"]
+    path.write_text("".join(lines))
+
+
 def child(url: str, namespace: str, messages_file: Path, cut: bool) -> None:
-    """One run: every message through the pipeline; prints the build and events per CPU-second."""
+    """One run: every message through the pipeline; prints the build, the file its core was loaded
+    from (the compiled group's library, or the squares' source), whether its squares are kept, and
+    events per CPU-second."""
     if cut:
         cut_squares()
     from bench.harness.pipeline import events_per_cpu_second
+    from stream_ndcg import list_squares
     from stream_ndcg.core_build import core_build
 
-    print(core_build().core, events_per_cpu_second(url, namespace, messages_file.read_bytes().splitlines()))
+    rate = events_per_cpu_second(url, namespace, messages_file.read_bytes().splitlines())
+    build = core_build().core
+    # The group's library, not list_squares' own __file__: a module of the group first imported by
+    # another of it gets a path of mypyc's making (the package's directory twice).
+    loaded = sys.modules[GROUP_LIBRARY].__file__ if build == "compiled" else list_squares.__file__
+    kept = bool(list_squares.ListSquares().sums({("a",): 1}, {"a": 1.0}, (1,), set()))
+    print(build, loaded, "kept" if kept else "cut", rate)
 
 
-def run(url: str, namespace: str, messages_file: Path, variant: str) -> float:
+def run(url: str, namespace: str, messages_file: Path, variant: str, package_dir: Path = ROOT / "stream_ndcg",
+        *, cut_in_source: bool = False) -> float:
+    """Events per CPU-second of one child run of `variant` on the package in `package_dir` (this
+    tree's, or a compiled copy's, `cut_in_source` if its squares are cut out there): its build,
+    where it was loaded from and whether it kept its squares checked."""
     env = {key: value for key, value in os.environ.items() if key != PURE_VARIABLE}
-    env["PYTHONPATH"] = str(ROOT)
-    if variant != COMPILED:
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(package_dir.parent), str(ROOT)]))
+    pure = variant in (PURE, PURE_CUT)
+    if pure:
         env[PURE_VARIABLE] = "1"
     # -P: the working directory must not come before PYTHONPATH on sys.path.
     out = subprocess.run([sys.executable, "-P", "-m", "bench.core_bench", "--child", url, namespace,
                           str(messages_file), "cut" if variant == PURE_CUT else "kept"],
                          env=env, capture_output=True, text=True, check=True, cwd=ROOT)
-    build, rate = out.stdout.split()[-2:]
-    expected = "compiled" if variant == COMPILED else "pure"
+    build, loaded, squares, rate = out.stdout.split()[-4:]
+    expected = "pure" if pure else "compiled"
     if build != expected:
         raise SystemExit(f"the {variant} run ran the {build} core: is the compiled core built (pip install -e .)?")
+    if Path(loaded).parent != package_dir:
+        raise SystemExit(f"the {variant} run loaded its core from {loaded}, not from {package_dir}")
+    if (squares == "cut") != (variant == PURE_CUT or cut_in_source):
+        raise SystemExit(f"the {variant} run's squares were {squares}")
     return float(rate)
 
 
