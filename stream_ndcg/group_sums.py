@@ -141,6 +141,8 @@ class GroupSums:
         judged: dict[tuple[str, int], int] = {}
         unjudged_at = self.unjudged_at
         for ranked, count in self.pending:
+            # The first occurrences walked in place, as `index_list` walks them: a generator of
+            # (rank, document) pairs would cost the compiled core an object per place.
             seen = repeats_in(ranked, deepest)
             rank = 0
             for doc in ranked:
