@@ -41,7 +41,7 @@ from typing import Any
 
 import orjson
 
-from stream_ndcg.metric import first_occurrences
+from stream_ndcg.group_sums import index_list
 from stream_ndcg.query_state import Group, QueryState
 from stream_ndcg.state.format import credited_layout, sums_in_stored_order
 from stream_ndcg.state.sums_text import numbers_of, numbers_text
@@ -51,6 +51,7 @@ PIECE = 64
 # One character per document index below len(_DIGITS); '!' opens and closes a larger one.
 _DIGITS = "".join(chr(c) for c in range(34, 127))
 _DIGIT = {digit: i for i, digit in enumerate(_DIGITS)}
+_DIGIT_BYTES = _DIGITS.encode()
 
 
 def position(index: int) -> str:
@@ -195,40 +196,55 @@ _TABLES = _Tables()
 
 def groups_from_fields(state: QueryState, fields: Mapping[Any, Any]) -> None:
     """Add the groups of a query's compact hash (bytes from the Redis client) to its state."""
-    values: dict[str, list[tuple[int, str]]] = {}
-    lists: list[tuple[str, str, int]] = []
+    values: dict[bytes, list[tuple[int, bytes]]] = {}
+    # A list's field is most of a hash: left in bytes, its name parted once.
+    lists: list[tuple[bytes, bytes, bytes]] = []
     for raw_name, raw_value in fields.items():
-        name, value = raw_name.decode(), raw_value.decode()
-        base, colon, listed = name.partition(":")
+        base, colon, listed = raw_name.partition(b":")
         if colon:
-            lists.append((base, listed, int(value)))
+            lists.append((base, listed, raw_value))
             continue
-        base, _, piece = name.partition("~")
-        values.setdefault(base, []).append((int(piece) if piece else 0, value))
+        base, _, piece = raw_name.partition(b"~")
+        values.setdefault(base, []).append((int(piece) if piece else 0, raw_value))
     interned = Interned()
-    joined = {name: "".join(text for _, text in sorted(parts)) for name, parts in values.items()}
-    interned.piece_counts = {name: len(parts) for name, parts in values.items()}
-    for doc in table_of(joined.pop("d", "")):
-        interned.doc(doc)
-    for segment in table_of(joined.pop("s", "")):
-        interned.segment(segment)
-    keys: dict[str, tuple[int, str]] = {}
+    # A value is cut between characters (`pieces`): its pieces joined decode as one.
+    joined = {name: b"".join([text for _, text in sorted(parts)]).decode() for name, parts in values.items()}
+    interned.piece_counts = {name.decode(): len(parts) for name, parts in values.items()}
+    interned.docs, interned.doc_index = _table(table_of(joined.pop(b"d", "")))
+    interned.segments, interned.segment_index = _table(table_of(joined.pop(b"s", "")))
+    groups: dict[bytes, Group] = {}
     for name, text in joined.items():
-        bucket, _, segment_index = name.partition(".")
-        key = keys[name] = (int(bucket), interned.segments[int(segment_index)])
+        bucket, _, segment_index = name.partition(b".")
+        key = (int(bucket), interned.segments[int(segment_index)])
         impressions, credited = credited_of(text)
-        state.groups[key] = Group(impressions=impressions, credited=credited)
+        group = groups[name] = state.groups[key] = Group(impressions=impressions, credited=credited)
+        interned.stored[key] = group
     docs = interned.docs
-    for name, listed, count in lists:
-        group = state.groups[keys[name]]
-        ranked = tuple(docs[i] for i in positions_of(listed))
+    # A list's byte -> its document, for the lists whose documents are all among the first
+    # len(_DIGITS) (no '!'): each list then decoded in C, a byte at a time.
+    doc_of = dict(zip(_DIGIT_BYTES, docs, strict=False)).__getitem__
+    for name, listed, raw_count in lists:
+        group = groups[name]
+        if b"!" in listed:
+            ranked = tuple([docs[i] for i in positions_of(listed.decode())])
+        else:
+            ranked = tuple(map(doc_of, listed))
+        count = int(raw_count)
         group.lists[ranked] = count
-        for rank, doc in first_occurrences(ranked, len(ranked)):
-            at = group.ranks.setdefault(doc, {})
-            at[rank] = at.get(rank, 0) + count
-    for key in keys.values():
-        interned.stored[key] = state.groups[key]
+        # Its first occurrences, as `Group.add_list` indexes them (a stored list is cut at the
+        # measure's depth already), in the compiled core's loop.
+        index_list(group.ranks, None, ranked, count, len(ranked))
     _TABLES.put(state, interned)
+
+
+def _table(entries: list[str]) -> tuple[list[str], dict[str, int]]:
+    """A table's entries and each one's index, as interning them one by one gives them."""
+    index = dict(zip(entries, range(len(entries)), strict=True))
+    if len(index) != len(entries):
+        # A repeat (never written) keeps its first index.
+        entries = list(dict.fromkeys(entries))
+        index = dict(zip(entries, range(len(entries)), strict=True))
+    return entries, index
 
 
 def holds(state: QueryState, key: tuple[int, str]) -> bool:
