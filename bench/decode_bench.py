@@ -42,7 +42,8 @@ from stream_ndcg.core_build import core_build
 from stream_ndcg.metric import first_occurrences
 from stream_ndcg.query_state import Group, QueryState
 from stream_ndcg.service import collect_garbage_for_batches
-from stream_ndcg.state.compact_format import _TABLES, Interned, credited_of, groups_from_fields, positions_of, table_of
+from stream_ndcg.state.compact_format import _TABLES, Interned, credited_of, groups_from_fields, table_of
+from stream_ndcg.stored_lists import positions_of
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "decode"

@@ -41,35 +41,13 @@ from typing import Any
 
 import orjson
 
-from stream_ndcg.group_sums import index_list
 from stream_ndcg.query_state import Group, QueryState
 from stream_ndcg.state.format import credited_layout, sums_in_stored_order
 from stream_ndcg.state.sums_text import numbers_of, numbers_text
+from stream_ndcg.stored_lists import decode_lists, position
 
 # The longest value and field name kept in a listpack by a server's defaults.
 PIECE = 64
-# One character per document index below len(_DIGITS); '!' opens and closes a larger one.
-_DIGITS = "".join(chr(c) for c in range(34, 127))
-_DIGIT = {digit: i for i, digit in enumerate(_DIGITS)}
-_DIGIT_BYTES = _DIGITS.encode()
-
-
-def position(index: int) -> str:
-    return _DIGITS[index] if index < len(_DIGITS) else f"!{index}!"
-
-
-def positions_of(text: str) -> list[int]:
-    indices: list[int] = []
-    i = 0
-    while i < len(text):
-        if text[i] == "!":
-            end = text.index("!", i + 1)
-            indices.append(int(text[i + 1:end]))
-            i = end + 1
-        else:
-            indices.append(_DIGIT[text[i]])
-            i += 1
-    return indices
 
 
 def credited_text(group: Group, repeats: bool = False) -> str:
@@ -197,12 +175,16 @@ _TABLES = _Tables()
 def groups_from_fields(state: QueryState, fields: Mapping[Any, Any]) -> None:
     """Add the groups of a query's compact hash (bytes from the Redis client) to its state."""
     values: dict[bytes, list[tuple[int, bytes]]] = {}
-    # A list's field is most of a hash: left in bytes, its name parted once.
-    lists: list[tuple[bytes, bytes, bytes]] = []
+    # A group's lists (most of a hash's fields), by its name: left in bytes, decoded in the compiled core.
+    lists: dict[bytes, list[tuple[bytes, bytes]]] = {}
     for raw_name, raw_value in fields.items():
         base, colon, listed = raw_name.partition(b":")
         if colon:
-            lists.append((base, listed, raw_value))
+            held = lists.get(base)
+            if held is None:
+                lists[base] = [(listed, raw_value)]
+            else:
+                held.append((listed, raw_value))
             continue
         base, _, piece = raw_name.partition(b"~")
         values.setdefault(base, []).append((int(piece) if piece else 0, raw_value))
@@ -219,21 +201,9 @@ def groups_from_fields(state: QueryState, fields: Mapping[Any, Any]) -> None:
         impressions, credited = credited_of(text)
         group = groups[name] = state.groups[key] = Group(impressions=impressions, credited=credited)
         interned.stored[key] = group
-    docs = interned.docs
-    # A list's byte -> its document, for the lists whose documents are all among the first
-    # len(_DIGITS) (no '!'): each list then decoded in C, a byte at a time.
-    doc_of = dict(zip(_DIGIT_BYTES, docs, strict=False)).__getitem__
-    for name, listed, raw_count in lists:
+    for name, encoded in lists.items():
         group = groups[name]
-        if b"!" in listed:
-            ranked = tuple([docs[i] for i in positions_of(listed.decode())])
-        else:
-            ranked = tuple(map(doc_of, listed))
-        count = int(raw_count)
-        group.lists[ranked] = count
-        # Its first occurrences, as `Group.add_list` indexes them (a stored list is cut at the
-        # measure's depth already), in the compiled core's loop.
-        index_list(group.ranks, None, ranked, count, len(ranked))
+        decode_lists(encoded, interned.docs, group.lists, group.ranks)
     _TABLES.put(state, interned)
 
 
