@@ -78,7 +78,7 @@ test-unit: venv
 # The pure-Python core, the reference, where `make venv` compiled it: the tests of the compiled modules
 # against the replay, trec_eval and ranx again with STREAM_NDCG_PURE=1, which loads their sources.
 PURE_TESTS := $(patsubst %,tests/unit/test_%.py,differential properties moments list_squares group_sums metric \
-	metric_sums window_sums windows core_build)
+	metric_sums window_sums windows core_build compact_format)
 test-pure: venv
 	STREAM_NDCG_PURE=1 $(call pytest_tier,$(PURE_TESTS))
 
