@@ -14,7 +14,7 @@ the judgment TTL). Its fields are short enough for Redis to keep a query of the 
     <bucket>.<s>, ~1, ...  a group: impressions, then what it credited (`credited_text`: the sums
                            as `sums_text.numbers_text` writes them), in pieces
     <bucket>.<s>:<list>    a ranked list's impressions; the list is its documents' indices, one
-                           character each below 93 (`position`), '!<index>!' from there on
+                           character each below 93 (`stored_lists.position`), '!<index>!' from there on
 
 Drill-down rows keep format 6's place and form (`state.format`), their long sums dense as a
 group's are (`state.shard_format.encode_row`, which format 8 shards).
@@ -175,7 +175,7 @@ _TABLES = _Tables()
 def groups_from_fields(state: QueryState, fields: Mapping[Any, Any]) -> None:
     """Add the groups of a query's compact hash (bytes from the Redis client) to its state."""
     values: dict[bytes, list[tuple[int, bytes]]] = {}
-    # A group's lists (most of a hash's fields), by its name: left in bytes, decoded in the compiled core.
+    # A group's lists (most of a hash's fields), by its name: left in bytes for `stored_lists`, compiled with the core.
     lists: dict[bytes, list[tuple[bytes, bytes]]] = {}
     for raw_name, raw_value in fields.items():
         base, colon, listed = raw_name.partition(b":")
@@ -189,8 +189,9 @@ def groups_from_fields(state: QueryState, fields: Mapping[Any, Any]) -> None:
         base, _, piece = raw_name.partition(b"~")
         values.setdefault(base, []).append((int(piece) if piece else 0, raw_value))
     interned = Interned()
-    # A value is cut between characters (`pieces`): its pieces joined decode as one.
-    joined = {name: b"".join([text for _, text in sorted(parts)]).decode() for name, parts in values.items()}
+    # A value is cut between characters (`pieces`): its pieces joined decode as one. Most have one.
+    joined = {name: parts[0][1].decode() if len(parts) == 1 else b"".join([text for _, text in sorted(parts)]).decode()
+              for name, parts in values.items()}
     interned.piece_counts = {name.decode(): len(parts) for name, parts in values.items()}
     interned.docs, interned.doc_index = _table(table_of(joined.pop(b"d", "")))
     interned.segments, interned.segment_index = _table(table_of(joined.pop(b"s", "")))
