@@ -10,12 +10,16 @@ An index below len(DIGITS) is one character, chr(34 + index); a larger one is '!
 
 from __future__ import annotations
 
+from typing import Final
+
 from stream_ndcg.group_sums import Ranks
 
-DIGITS = "".join(chr(c) for c in range(34, 127))
+# The characters of the indices below len(DIGITS), and the one that opens and closes a larger index.
+_FIRST: Final = 34
+_END: Final = 127
+_LONG: Final = 33
+DIGITS = "".join(chr(c) for c in range(_FIRST, _END))
 _DIGIT = {digit: i for i, digit in enumerate(DIGITS)}
-# The byte that opens and closes an index of len(DIGITS) or more.
-_LONG = 33
 
 
 def position(index: int) -> str:
@@ -34,6 +38,30 @@ def positions_of(text: str) -> list[int]:
             indices.append(_DIGIT[text[i]])
             i += 1
     return indices
+
+
+def split_fields(fields: dict[bytes, bytes]) -> tuple[dict[bytes, list[tuple[int, bytes]]],
+                                                     dict[bytes, list[tuple[bytes, bytes]]]]:
+    """A compact hash's fields (`state.compact_format`) as the Redis client gives them: its values by
+    name, each a list of (piece, text); and its groups' lists by the group's name, each a list of
+    (positions, impressions), in their order."""
+    values: dict[bytes, list[tuple[int, bytes]]] = {}
+    lists: dict[bytes, list[tuple[bytes, bytes]]] = {}
+    for name, value in fields.items():
+        base, colon, listed = name.partition(b":")
+        if colon:
+            held = lists.get(base)
+            if held is None:
+                lists[base] = [(listed, value)]
+            else:
+                held.append((listed, value))
+            continue
+        base, _, piece = name.partition(b"~")
+        pieces = values.get(base)
+        if pieces is None:
+            pieces = values[base] = []
+        pieces.append((int(piece) if piece else 0, value))
+    return values, lists
 
 
 def decode_lists(encoded: list[tuple[bytes, bytes]], docs: list[str], lists: dict[tuple[str, ...], int],
@@ -57,8 +85,8 @@ def decode_lists(encoded: list[tuple[bytes, bytes]], docs: list[str], lists: dic
                 close = listed.index(b"!", i + 1)
                 index = int(listed[i + 1:close])
                 i = close + 1
-            elif 34 <= byte < 127:
-                index = byte - 34
+            elif _FIRST <= byte < _END:
+                index = byte - _FIRST
                 i += 1
             else:
                 raise ValueError(f"not a stored list: {listed!r}")

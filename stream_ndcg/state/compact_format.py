@@ -37,14 +37,13 @@ import operator
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 
 from stream_ndcg.query_state import Group, QueryState
 from stream_ndcg.state.format import credited_layout, sums_in_stored_order
 from stream_ndcg.state.sums_text import numbers_of, numbers_text
-from stream_ndcg.stored_lists import decode_lists, position
+from stream_ndcg.stored_lists import decode_lists, position, split_fields
 
 # The longest value and field name kept in a listpack by a server's defaults.
 PIECE = 64
@@ -172,22 +171,11 @@ class _Tables:
 _TABLES = _Tables()
 
 
-def groups_from_fields(state: QueryState, fields: Mapping[Any, Any]) -> None:
+def groups_from_fields(state: QueryState, fields: dict[bytes, bytes]) -> None:
     """Add the groups of a query's compact hash (bytes from the Redis client) to its state."""
-    values: dict[bytes, list[tuple[int, bytes]]] = {}
-    # A group's lists (most of a hash's fields), by its name: left in bytes for `stored_lists`, compiled with the core.
-    lists: dict[bytes, list[tuple[bytes, bytes]]] = {}
-    for raw_name, raw_value in fields.items():
-        base, colon, listed = raw_name.partition(b":")
-        if colon:
-            held = lists.get(base)
-            if held is None:
-                lists[base] = [(listed, raw_value)]
-            else:
-                held.append((listed, raw_value))
-            continue
-        base, _, piece = raw_name.partition(b"~")
-        values.setdefault(base, []).append((int(piece) if piece else 0, raw_value))
+    # A group's lists are most of a hash's fields: they stay in bytes for `stored_lists`, compiled
+    # with the core.
+    values, lists = split_fields(fields)
     interned = Interned()
     # A value is cut between characters (`pieces`): its pieces joined decode as one. Most have one.
     joined = {name: parts[0][1].decode() if len(parts) == 1 else b"".join([text for _, text in sorted(parts)]).decode()
@@ -328,7 +316,7 @@ def _table_fields(interned: Interned, name: str, entries: list[str], gone: list[
     return _value_fields(interned, name, table_text(entries), gone)
 
 
-def compact_lists(fields: Mapping[Any, Any]) -> dict[tuple[int, str, tuple[str, ...]], int]:
+def compact_lists(fields: dict[bytes, bytes]) -> dict[tuple[int, str, tuple[str, ...]], int]:
     """(bucket, segment, list) -> impressions, of a query's compact hash."""
     state = QueryState()
     groups_from_fields(state, fields)
