@@ -1,11 +1,13 @@
 """A group's ranked lists as its stored form writes them: each a string of its documents' indices.
 
 Pure, standard library only, and compiled with the core: reading a head query's state back from
-Redis decodes thousands of lists (`state.compact_format.groups_from_fields`), each a few bytes.
-An index below len(DIGITS) is one character, chr(34 + index); a larger one is '!<index>!'.
+Redis decodes thousands of lists (`state.compact_format.groups_from_fields`), each a field of a
+few bytes. An index below len(DIGITS) is one character, chr(34 + index); a larger one is
+'!<index>!'.
 
     listed = "".join(position(i) for i in (0, 1, 200))   # '"#!200!'
-    decode_lists([(listed.encode(), b"3")], docs, group.lists, group.ranks)
+    values, lists = split_fields({b"d": b"a\x1fb", b"5.0:" + listed.encode(): b"3", ...})
+    decode_lists(lists[b"5.0"], docs, group.lists, group.ranks)
 """
 
 from __future__ import annotations
