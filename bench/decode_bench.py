@@ -33,7 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,7 @@ BEFORE, AFTER, READ = "before", "after", "hgetall"
 # The tiers of hashes by size: (name, first, end) in the hashes sorted by their fields, largest first.
 TIERS = (("10 largest", 0, 10), ("next 90", 10, 100), ("the rest", 100, None))
 
-Hash = Mapping[bytes, bytes]
+Hash = dict[bytes, bytes]
 
 
 def decode_before(state: QueryState, fields: Hash) -> None:
