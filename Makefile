@@ -21,7 +21,7 @@ venv: $(STAMP)
 # The modules setup.py compiles with mypyc (stream_ndcg/core_build.py's COMPILED_MODULES; a unit test
 # checks that the two lists agree): an edit to one of them rebuilds the compiled core, which would
 # otherwise not run (an import compares each source with the digest its build recorded).
-CORE_MODULES := vocabulary metric window_sums list_squares group_sums list_terms rows windows engine
+CORE_MODULES := vocabulary metric window_sums list_squares group_sums stored_lists list_terms rows windows engine
 CORE_SOURCES := $(patsubst %,stream_ndcg/%.py,$(CORE_MODULES))
 
 $(STAMP): pyproject.toml setup.py $(CORE_SOURCES)
@@ -78,7 +78,7 @@ test-unit: venv
 # The pure-Python core, the reference, where `make venv` compiled it: the tests of the compiled modules
 # against the replay, trec_eval and ranx again with STREAM_NDCG_PURE=1, which loads their sources.
 PURE_TESTS := $(patsubst %,tests/unit/test_%.py,differential properties moments list_squares group_sums metric \
-	metric_sums window_sums windows core_build)
+	metric_sums window_sums windows core_build compact_format)
 test-pure: venv
 	STREAM_NDCG_PURE=1 $(call pytest_tier,$(PURE_TESTS))
 
@@ -126,6 +126,7 @@ bench: venv
 	$(BIN)/python -m bench.core_bench
 	$(BIN)/python -m bench.upkeep_bench
 	$(BIN)/python -m bench.cache_bench
+	$(BIN)/python -m bench.decode_bench
 	$(BIN)/python -m bench.judge_bench
 	$(BIN)/python -m bench.targets
 

@@ -36,8 +36,8 @@ logger = logging.getLogger(__name__)
 # The typed modules of the pure core that only import the standard library and each other.
 # query_state stays out: the stores' caches take weak references to its Group and QueryState,
 # which a native class of this mypyc refuses (docs/installation.md says more).
-COMPILED_MODULES = ("vocabulary", "metric", "window_sums", "list_squares", "group_sums", "list_terms", "rows",
-                    "windows", "engine")
+COMPILED_MODULES = ("vocabulary", "metric", "window_sums", "list_squares", "group_sums", "stored_lists",
+                    "list_terms", "rows", "windows", "engine")
 # How setup.py compiles them: one mypyc group (its modules call each other directly), at -O3.
 GROUP_NAME = "stream_ndcg.core"
 OPT_LEVEL = "3"

@@ -14,7 +14,7 @@ the judgment TTL). Its fields are short enough for Redis to keep a query of the 
     <bucket>.<s>, ~1, ...  a group: impressions, then what it credited (`credited_text`: the sums
                            as `sums_text.numbers_text` writes them), in pieces
     <bucket>.<s>:<list>    a ranked list's impressions; the list is its documents' indices, one
-                           character each below 93 (`position`), '!<index>!' from there on
+                           character each below 93 (`stored_lists.position`), '!<index>!' from there on
 
 Drill-down rows keep format 6's place and form (`state.format`), their long sums dense as a
 group's are (`state.shard_format.encode_row`, which format 8 shards).
@@ -37,38 +37,16 @@ import operator
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 
-from stream_ndcg.metric import first_occurrences
 from stream_ndcg.query_state import Group, QueryState
 from stream_ndcg.state.format import credited_layout, sums_in_stored_order
 from stream_ndcg.state.sums_text import numbers_of, numbers_text
+from stream_ndcg.stored_lists import decode_lists, position, split_fields
 
 # The longest value and field name kept in a listpack by a server's defaults.
 PIECE = 64
-# One character per document index below len(_DIGITS); '!' opens and closes a larger one.
-_DIGITS = "".join(chr(c) for c in range(34, 127))
-_DIGIT = {digit: i for i, digit in enumerate(_DIGITS)}
-
-
-def position(index: int) -> str:
-    return _DIGITS[index] if index < len(_DIGITS) else f"!{index}!"
-
-
-def positions_of(text: str) -> list[int]:
-    indices: list[int] = []
-    i = 0
-    while i < len(text):
-        if text[i] == "!":
-            end = text.index("!", i + 1)
-            indices.append(int(text[i + 1:end]))
-            i = end + 1
-        else:
-            indices.append(_DIGIT[text[i]])
-            i += 1
-    return indices
 
 
 def credited_text(group: Group, repeats: bool = False) -> str:
@@ -193,42 +171,39 @@ class _Tables:
 _TABLES = _Tables()
 
 
-def groups_from_fields(state: QueryState, fields: Mapping[Any, Any]) -> None:
+def groups_from_fields(state: QueryState, fields: dict[bytes, bytes]) -> None:
     """Add the groups of a query's compact hash (bytes from the Redis client) to its state."""
-    values: dict[str, list[tuple[int, str]]] = {}
-    lists: list[tuple[str, str, int]] = []
-    for raw_name, raw_value in fields.items():
-        name, value = raw_name.decode(), raw_value.decode()
-        base, colon, listed = name.partition(":")
-        if colon:
-            lists.append((base, listed, int(value)))
-            continue
-        base, _, piece = name.partition("~")
-        values.setdefault(base, []).append((int(piece) if piece else 0, value))
+    # A group's lists are most of a hash's fields: they stay in bytes for `stored_lists`, compiled
+    # with the core.
+    values, lists = split_fields(fields)
     interned = Interned()
-    joined = {name: "".join(text for _, text in sorted(parts)) for name, parts in values.items()}
-    interned.piece_counts = {name: len(parts) for name, parts in values.items()}
-    for doc in table_of(joined.pop("d", "")):
-        interned.doc(doc)
-    for segment in table_of(joined.pop("s", "")):
-        interned.segment(segment)
-    keys: dict[str, tuple[int, str]] = {}
+    # A value is cut between characters (`pieces`): its pieces joined decode as one. Most have one.
+    joined = {name: parts[0][1].decode() if len(parts) == 1 else b"".join([text for _, text in sorted(parts)]).decode()
+              for name, parts in values.items()}
+    interned.piece_counts = {name.decode(): len(parts) for name, parts in values.items()}
+    interned.docs, interned.doc_index = _table(table_of(joined.pop(b"d", "")))
+    interned.segments, interned.segment_index = _table(table_of(joined.pop(b"s", "")))
+    groups: dict[bytes, Group] = {}
     for name, text in joined.items():
-        bucket, _, segment_index = name.partition(".")
-        key = keys[name] = (int(bucket), interned.segments[int(segment_index)])
+        bucket, _, segment_index = name.partition(b".")
+        key = (int(bucket), interned.segments[int(segment_index)])
         impressions, credited = credited_of(text)
-        state.groups[key] = Group(impressions=impressions, credited=credited)
-    docs = interned.docs
-    for name, listed, count in lists:
-        group = state.groups[keys[name]]
-        ranked = tuple(docs[i] for i in positions_of(listed))
-        group.lists[ranked] = count
-        for rank, doc in first_occurrences(ranked, len(ranked)):
-            at = group.ranks.setdefault(doc, {})
-            at[rank] = at.get(rank, 0) + count
-    for key in keys.values():
-        interned.stored[key] = state.groups[key]
+        group = groups[name] = state.groups[key] = Group(impressions=impressions, credited=credited)
+        interned.stored[key] = group
+    for name, encoded in lists.items():
+        group = groups[name]
+        decode_lists(encoded, interned.docs, group.lists, group.ranks)
     _TABLES.put(state, interned)
+
+
+def _table(entries: list[str]) -> tuple[list[str], dict[str, int]]:
+    """A table's entries and each one's index, as interning them one by one gives them."""
+    index = dict(zip(entries, range(len(entries)), strict=True))
+    if len(index) != len(entries):
+        # A repeat (never written) keeps its first index.
+        entries = list(dict.fromkeys(entries))
+        index = dict(zip(entries, range(len(entries)), strict=True))
+    return entries, index
 
 
 def holds(state: QueryState, key: tuple[int, str]) -> bool:
@@ -341,7 +316,7 @@ def _table_fields(interned: Interned, name: str, entries: list[str], gone: list[
     return _value_fields(interned, name, table_text(entries), gone)
 
 
-def compact_lists(fields: Mapping[Any, Any]) -> dict[tuple[int, str, tuple[str, ...]], int]:
+def compact_lists(fields: dict[bytes, bytes]) -> dict[tuple[int, str, tuple[str, ...]], int]:
     """(bucket, segment, list) -> impressions, of a query's compact hash."""
     state = QueryState()
     groups_from_fields(state, fields)

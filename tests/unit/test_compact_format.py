@@ -21,12 +21,11 @@ from stream_ndcg.state.compact_format import (
     compact_changes,
     groups_from_fields,
     pieces,
-    position,
-    positions_of,
     table_of,
     table_text,
 )
 from stream_ndcg.state.sums_text import numbers_of, numbers_text
+from stream_ndcg.stored_lists import position, positions_of
 
 
 @given(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=20))
@@ -167,3 +166,69 @@ def test_a_row_of_format_8_7_or_6_reads_back(values: list[float]) -> None:
     assert shard_format.decode_row(state_format.encode_row(row)) == row
     assert shard_format.decode_row(shard_format.encode_row_8(row)) == row
     assert len(shard_format.encode_row_8(row)) <= len(dense) <= len(state_format.encode_row(row))
+
+
+# Document ids as they come: any text, \x1f and non-ASCII included, some opening with '[' (the
+# table is then written as JSON).
+DOC_IDS = st.text(st.characters(codec="utf-8"), min_size=1, max_size=8) | st.sampled_from(["[x", "a\x1fb", "é"])
+
+
+@st.composite
+def stored_groups(draw: st.DrawFn) -> QueryState:
+    """A query's groups as the engine leaves them (each list added by `Group.add_list`, cut at its
+    depth), over a pool of documents that may be larger than one character's worth of indices."""
+    drawn = draw(st.lists(DOC_IDS, min_size=1, max_size=20, unique=True))
+    # Enough more, at times, for the indices past one character's (93).
+    docs = list(dict.fromkeys([*drawn, *(f"n{i}" for i in range(draw(st.sampled_from([0, 10, 120]))))]))
+    state = QueryState()
+    # A segment key is JSON, never empty (an empty one alone would be an empty table).
+    segments = draw(st.lists(st.text(min_size=1, max_size=6), min_size=1, max_size=3, unique=True))
+    for _ in range(draw(st.integers(1, 4))):
+        key = (draw(st.integers(0, 10**9)), draw(st.sampled_from(segments)))
+        names = state_format.sums_in_stored_order((3, 10), draw(st.booleans()))
+        sums = st.floats(allow_nan=False, allow_infinity=False)
+        credited = dict(zip(names, draw(st.lists(sums, min_size=len(names), max_size=len(names))), strict=True))
+        if draw(st.booleans()):
+            # Any other sums: stored by name.
+            credited = draw(st.dictionaries(st.text(max_size=5), sums, max_size=3))
+        group = state.groups[key] = Group(credited=credited)
+        shown = draw(st.lists(st.lists(st.sampled_from(docs), min_size=1, max_size=12), max_size=12))
+        if draw(st.booleans()):
+            # Every document of the pool in one list: past the 93rd, its index is '!<n>!'.
+            shown.append(list(docs))
+        for ranked in shown:
+            count = draw(st.integers(1, 5))
+            group.add_list(tuple(ranked), count, len(ranked))
+            group.impressions += count
+    return state
+
+
+def long_and_repeating_lists() -> QueryState:
+    group = Group(impressions=5)
+    for ranked, count in [(tuple(f"d{i}" for i in range(100)), 2), (("d99", "é", "d99", "a\x1fb", "d5"), 3)]:
+        group.add_list(ranked, count, len(ranked))
+    return QueryState(groups={(7, "{}"): group})
+
+
+@given(stored_groups())
+@example(long_and_repeating_lists())
+def test_groups_written_read_back_as_they_were_lists_and_ranks_in_their_order(state: QueryState) -> None:
+    write = compact_changes(state, list(state.groups), [], {})
+    read = as_read(stored({}, write.written, write.removed, write.afresh))
+    assert list(read.groups) == list(state.groups)
+    for key, group in state.groups.items():
+        again = read.groups[key]
+        assert (again.impressions, again.credited) == (group.impressions, group.credited)
+        assert list(again.lists.items()) == list(group.lists.items())
+        assert [(doc, list(at.items())) for doc, at in again.ranks.items()] == [
+            (doc, list(at.items())) for doc, at in group.ranks.items()]
+        # As a group read back from the store always was: its counts of impressions listed and by
+        # rank found on first use, its ranks not changed since.
+        assert (again._listed, again._shown_at, again.ranks_changes) == (None, None, 0)
+        assert compact_format.holds(read, key)
+    written_tables = compact_format._TABLES.get(state)
+    read_tables = compact_format._TABLES.get(read)
+    assert written_tables is not None and read_tables is not None
+    assert (read_tables.docs, read_tables.doc_index, read_tables.segments, read_tables.segment_index,
+            read_tables.piece_counts) == (written_tables.docs, written_tables.doc_index, written_tables.segments,
+                                          written_tables.segment_index, written_tables.piece_counts)
