@@ -46,7 +46,8 @@ def split_fields(fields: dict[bytes, bytes]) -> tuple[dict[bytes, list[tuple[int
                                                      dict[bytes, list[tuple[bytes, bytes]]]]:
     """A compact hash's fields (`state.compact_format`) as the Redis client gives them: its values by
     name, each a list of (piece, text); and its groups' lists by the group's name, each a list of
-    (positions, impressions), in their order."""
+    (positions, impressions), in their order. The names are those `compact_format` writes (`pieces`,
+    `compact_changes`): '<group>:<positions>' a list, '<name>~<n>' piece n of a value."""
     values: dict[bytes, list[tuple[int, bytes]]] = {}
     lists: dict[bytes, list[tuple[bytes, bytes]]] = {}
     for name, value in fields.items():
