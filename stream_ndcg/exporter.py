@@ -130,8 +130,7 @@ class _StateCacheCollector(Collector):
         lookups.add_metric(["miss"], now.misses)
         yield lookups
         yield CounterMetricFamily(MetricName.STATE_CACHE_EVICTIONS, "Query states dropped from the state cache to "
-                                  "keep within state_cache_groups or state_cache_mib, or not kept after a write "
-                                  "as those that would make room are asked for more often.", value=now.evictions)
+                                  "keep within state_cache_groups or state_cache_mib.", value=now.evictions)
         yield GaugeMetricFamily(MetricName.STATE_CACHE_STATES, "Query states in the state cache.", value=now.states)
         yield GaugeMetricFamily(MetricName.STATE_CACHE_BYTES, "The state cache's estimated size, which "
                                 "state_cache_mib bounds.", value=now.estimated_bytes)

@@ -120,10 +120,9 @@ class Declared:
         "", "prefix of every Redis key, so that pipelines can share one Redis or Redis Cluster", values.namespace,
         metavar="NAME", shown_default="(the group id)")
     state_cache_groups: int = setting(
-        20_000, "query states kept in memory across all partitions, so that hot queries are not read back "
-        "from Redis every batch (the least recently used makes room for one asked for more often), bounded "
-        "by their groups (one query's impressions in one time bucket and segment) and by state_cache_mib, "
-        "whichever is reached first (0: none)", values.integer(0), metavar="N")
+        20_000, "query states kept in memory (LRU across all partitions), so that hot queries are not read back "
+        "from Redis every batch, bounded by their groups (one query's impressions in one time bucket and "
+        "segment) and by state_cache_mib, whichever is reached first (0: none)", values.integer(0), metavar="N")
     state_cache_mib: int = setting(
         128, "the most memory, in MiB, the cached query states may hold by their estimated size (a distinct "
         "ranked list about 1.4 KiB, a group about 4 KiB): what bounds the service's memory as the impressions "

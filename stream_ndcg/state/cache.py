@@ -6,14 +6,12 @@ first and reads from Redis only the states it has not got. The store drops a
 partition's entries on every claim and every failed commit.
 
     cache = StateCache(most_groups=20_000, most_bytes=128 * 2**20)
-    cache.put("topic:0", outcome.touched, deadline=time.monotonic() + 60, now=time.monotonic())
+    cache.put("topic:0", outcome.touched, deadline=time.monotonic() + 60)
     state = cache.get("topic:0", "q1", now=time.monotonic())
 """
 
 from __future__ import annotations
 
-import sys
-from array import array
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -30,28 +28,6 @@ GROUP_BYTES = 3840
 LIST_BYTES = 400
 LISTED_RESULT_BYTES = 100
 JUDGED_DOC_BYTES = 2816
-
-# The demand table's counters (a power of two: a key's slot is its hash's low bits). They are halved
-# once the lookups since the last halving reach AGING_PER_STATE times the states held (TinyLFU's
-# sample: ten times the cache's size), and no fewer than AGING_LOOKUPS_LEAST: enough batches that
-# a head query's count stands well above a tail query's one or two, few enough that the counts of
-# queries no longer asked for (a partition given up, traffic that moved) fade within that many.
-DEMAND_COUNTERS = 2**16
-AGING_PER_STATE = 10
-AGING_LOOKUPS_LEAST = 4096
-
-
-# Each counter's bits but its top one, in the table's own layout.
-_LOW_BITS = int.from_bytes(array("H", [0x7FFF] * DEMAND_COUNTERS).tobytes(), sys.byteorder)
-
-
-def halved_counts(counts: array[int]) -> array[int]:
-    """Every counter halved: the table taken as one integer, shifted and masked, in C (a loop over
-    the counters in Python takes about eight times as long)."""
-    shifted = (int.from_bytes(counts.tobytes(), sys.byteorder) >> 1) & _LOW_BITS
-    halved = array("H")
-    halved.frombytes(shifted.to_bytes(2 * len(counts), sys.byteorder))
-    return halved
 
 
 def estimated_bytes(state: QueryState) -> int:
@@ -80,23 +56,14 @@ class CacheFigures(NamedTuple):
 
 
 class StateCache:
-    """The query states this instance wrote, across all partitions, bounded twice: by their groups
-    (one query's impressions in one bucket and segment) and by their estimated bytes
-    (`estimated_bytes`), since a group's size grows with the distinct lists it holds and a bound on
-    groups alone does not bound the memory.
-
-    What leaves to make room is the least recently used, but only for a state asked for more often
-    (TinyLFU's admission, Einziger et al.): a state missed is read back and decoded whole, so what
-    a state saves per byte it holds is how often it is asked for. Plain LRU gives that up exactly
-    when it matters: once the head queries' states outgrow the bound, the one-off states of the
-    tail push each of them out before it is asked for again, and every batch reads them back. How
-    often each state is asked for is counted in a table of small counters by the key's hash,
-    halved every ten times as many lookups as the cache holds states, so that it follows the
-    traffic as it moves. A state past its deadline makes room whatever its count.
+    """The query states this instance wrote, least recently used first out, across all partitions,
+    bounded twice: by their groups (one query's impressions in one bucket and segment) and by
+    their estimated bytes (`estimated_bytes`), since a group's size grows with the distinct lists
+    it holds and a bound on groups alone does not bound the memory.
 
     An entry is trusted only until its deadline, while Redis surely still holds the state it
-    mirrors (the key's TTL runs from our write). Leaving the cache, or not being let in, never
-    changes a result: the store reads a state it has not got from Redis.
+    mirrors (the key's TTL runs from our write). Leaving the cache never changes a result: the
+    store reads a state it has not got from Redis.
     """
 
     def __init__(self, most_groups: int, most_bytes: int) -> None:
@@ -109,13 +76,8 @@ class StateCache:
         self.hits = 0
         self.misses = 0
         self.evictions = 0
-        # How often each key was asked for, by its hash: saturating 16-bit counters, so that the
-        # head queries' counts stay apart from each other's and above the rest.
-        self._demand = array("H", bytes(2 * DEMAND_COUNTERS))
-        self._lookups = 0
 
     def get(self, partition: str, query_id: str, now: float) -> QueryState | None:
-        self._asked_for((partition, query_id))
         entry = self._entries.get((partition, query_id))
         if entry is not None and entry[1] <= now:
             self._drop((partition, query_id))
@@ -127,61 +89,18 @@ class StateCache:
         self._entries.move_to_end((partition, query_id))
         return entry[0]
 
-    def put(self, partition: str, states: Mapping[str, QueryState], deadline: float, now: float) -> None:
+    def put(self, partition: str, states: Mapping[str, QueryState], deadline: float) -> None:
         for query_id, state in states.items():
             key = (partition, query_id)
-            held = key in self._entries
-            if held:
+            if key in self._entries:
                 self._drop(key)
             groups, size = len(state.groups) + 1, estimated_bytes(state)
-            victims = self._room_for(key, groups, size, held, now)
-            if victims is None:
-                # Those that would make room are asked for as often or more: not kept.
-                self.evictions += 1
-                continue
-            for victim in victims:
-                self._drop(victim)
-            self.evictions += len(victims)
             self._entries[key] = (state, deadline, groups, size)
             self.groups += groups
             self.bytes += size
-
-    def _room_for(self, key: tuple[str, str], groups: int, size: int, held: bool,
-                  now: float) -> list[tuple[str, str]] | None:
-        """The least recently used entries to drop so that a state of `groups` and `size` fits,
-        each asked for less often than `key` (or as often, for a state the cache `held` before
-        this write: it is the more recent) or past its deadline; None when it cannot fit so."""
-        if groups > self.most_groups or size > self.most_bytes:
-            return None
-        over_groups = self.groups + groups - self.most_groups
-        over_bytes = self.bytes + size - self.most_bytes
-        victims: list[tuple[str, str]] = []
-        if over_groups <= 0 and over_bytes <= 0:
-            return victims
-        # A tie keeps what is held: a state of the tail asked for once never displaces another.
-        demand = self._demand[self._slot(key)] + (1 if held else 0)
-        for victim, (_, deadline, victim_groups, victim_size) in self._entries.items():
-            if deadline > now and self._demand[self._slot(victim)] >= demand:
-                return None
-            victims.append(victim)
-            over_groups -= victim_groups
-            over_bytes -= victim_size
-            if over_groups <= 0 and over_bytes <= 0:
-                return victims
-        return None
-
-    def _asked_for(self, key: tuple[str, str]) -> None:
-        slot = self._slot(key)
-        if self._demand[slot] < 0xFFFF:
-            self._demand[slot] += 1
-        self._lookups += 1
-        if self._lookups >= max(AGING_LOOKUPS_LEAST, AGING_PER_STATE * len(self._entries)):
-            self._demand = halved_counts(self._demand)
-            self._lookups = 0
-
-    @staticmethod
-    def _slot(key: tuple[str, str]) -> int:
-        return hash(key) & (DEMAND_COUNTERS - 1)
+        while self.groups > self.most_groups or self.bytes > self.most_bytes:
+            self._drop(next(iter(self._entries)))
+            self.evictions += 1
 
     def figures(self) -> CacheFigures:
         return CacheFigures(self.hits, self.misses, self.evictions, len(self._entries), self.bytes)

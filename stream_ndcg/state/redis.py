@@ -387,9 +387,9 @@ class _RedisCommit:
         refused = []
         for commit, result, ttls in zip(commits, results, self.state_ttls, strict=True):
             if result == 1:
+                # Trusted for less than the key's TTL, which runs from the write.
                 for query_id, state in commit.outcome.touched.items():
-                    trusted_until = self.written + ttls[query_id] / 1000 * 0.9  # within the TTL, from the write
-                    store._cache.put(commit.partition, {query_id: state}, trusted_until, acknowledged)
+                    store._cache.put(commit.partition, {query_id: state}, self.written + ttls[query_id] / 1000 * 0.9)
             else:
                 store._cache.forget(commit.partition)
                 reason = "claimed by a newer holder" if result == 0 else "not at the expected offset"

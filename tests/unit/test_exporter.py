@@ -132,10 +132,10 @@ def test_the_state_cache_is_exported_as_its_figures_read_at_each_scrape() -> Non
     registry = CollectorRegistry()
     cache = StateCache(most_groups=2, most_bytes=2**40)
     Exporter(registry, MemoryStore(), WindowView((10,), (MINUTE,), MINUTE, (), False), state_cache=cache.figures)
-    cache.put("t:0", {"a": QueryState(), "b": QueryState()}, deadline=100.0, now=0.0)
+    cache.put("t:0", {"a": QueryState(), "b": QueryState()}, deadline=100.0)
     cache.get("t:0", "b", now=1.0)
     cache.get("t:0", "missing", now=1.0)
-    cache.put("t:0", {"c": QueryState(), "d": QueryState()}, deadline=100.0, now=0.0)  # a group each: a and b go
+    cache.put("t:0", {"c": QueryState(), "d": QueryState()}, deadline=100.0)  # a group each: a and b go
 
     def get(name: str, **labels: str) -> float | None:
         return registry.get_sample_value(name, labels)
