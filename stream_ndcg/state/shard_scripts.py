@@ -133,9 +133,10 @@ local function sharded_rows(dir, old, prefix, ttl, fields, hashes, before, margi
   end
   local grown = grow(prefix, n, redis.call('HINCRBY', dir, 'c', added), true)
   if grown ~= n or not held_n then redis.call('HSET', dir, 'n', grown) end
-  if expire_shards(prefix, n, grown, touched, fresh, redis.call('PTTL', dir), ttl, margin) then
-    redis.call('PEXPIRE', dir, ttl + margin)
-  end
+  -- The directory first: a shard's relative expiry, set after it, cannot fall a millisecond short.
+  local left = redis.call('PTTL', dir)
+  if left < ttl then redis.call('PEXPIRE', dir, ttl + margin) end
+  expire_shards(prefix, n, grown, touched, fresh, left, ttl, margin)
 end
 """
 
