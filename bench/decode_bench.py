@@ -11,9 +11,9 @@ decodes each into a fresh `QueryState`, as the store does with a state its cache
 Two decoders, round after round in the same process, the first of each round alternated: this
 tree's `compact_format.groups_from_fields`, and the decode as it was before this bench's change
 (`decode_before`, kept here as the baseline: every field's name and value decoded to text, the
-tables interned a document at a time, each list decoded a character at a time (`positions_of`)
-and its ranks built by an interpreted loop over `first_occurrences`; the helpers it shares with
-this tree, `credited_of`, `table_of`, `Interned`, are those it had). Before any
+tables interned a document at a time, each list decoded a character at a time (`positions_of`,
+kept here too) and its ranks built by an interpreted loop over `first_occurrences`; the helpers
+it shares with this tree, `credited_of`, `table_of`, `Interned`, are those it had). Before any
 timing, both decodes of every hash are checked to give the same groups, lists and ranks, in the
 same order. The HGETALL of the same hashes (one pipeline; the client's CPU, not the server's) is
 timed in the same rounds as a reference of what the read costs apart from the decode. Everything
@@ -45,7 +45,7 @@ from stream_ndcg.metric import first_occurrences
 from stream_ndcg.query_state import Group, QueryState
 from stream_ndcg.service import collect_garbage_for_batches
 from stream_ndcg.state.compact_format import _TABLES, Interned, credited_of, groups_from_fields, table_of
-from stream_ndcg.stored_lists import positions_of
+from stream_ndcg.stored_lists import DIGITS
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "decode"
@@ -54,6 +54,22 @@ BEFORE, AFTER, READ = "before", "after", "hgetall"
 TIERS = (("10 largest", 0, 10), ("next 90", 10, 100), ("the rest", 100, None))
 
 Hash = dict[bytes, bytes]
+_DIGIT = {digit: i for i, digit in enumerate(DIGITS)}
+
+
+def positions_of(text: str) -> list[int]:
+    """A stored list's indices read a character at a time, as the decode before the change read them."""
+    indices: list[int] = []
+    i = 0
+    while i < len(text):
+        if text[i] == "!":
+            end = text.index("!", i + 1)
+            indices.append(int(text[i + 1:end]))
+            i = end + 1
+        else:
+            indices.append(_DIGIT[text[i]])
+            i += 1
+    return indices
 
 
 def decode_before(state: QueryState, fields: Hash) -> None:

@@ -21,25 +21,10 @@ _FIRST: Final = 34
 _END: Final = 127
 _LONG: Final = 33
 DIGITS = "".join(chr(c) for c in range(_FIRST, _END))
-_DIGIT = {digit: i for i, digit in enumerate(DIGITS)}
 
 
 def position(index: int) -> str:
     return DIGITS[index] if index < len(DIGITS) else f"!{index}!"
-
-
-def positions_of(text: str) -> list[int]:
-    indices: list[int] = []
-    i = 0
-    while i < len(text):
-        if text[i] == "!":
-            end = text.index("!", i + 1)
-            indices.append(int(text[i + 1:end]))
-            i = end + 1
-        else:
-            indices.append(_DIGIT[text[i]])
-            i += 1
-    return indices
 
 
 def split_fields(fields: dict[bytes, bytes]) -> tuple[dict[bytes, list[tuple[int, bytes]]],

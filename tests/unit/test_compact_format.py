@@ -25,7 +25,7 @@ from stream_ndcg.state.compact_format import (
     table_text,
 )
 from stream_ndcg.state.sums_text import numbers_of, numbers_text
-from stream_ndcg.stored_lists import position, positions_of
+from stream_ndcg.stored_lists import decode_lists, position
 
 
 @given(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=20))
@@ -72,7 +72,10 @@ def test_each_short_sum_is_its_shortest_text_without_a_whole_number_s_point_and_
 
 @given(st.lists(st.integers(0, 5000), max_size=20))
 def test_positions_read_back(indices: list[int]) -> None:
-    assert positions_of("".join(position(i) for i in indices)) == indices
+    docs = [f"d{i}" for i in range(5001)]
+    lists: dict[tuple[str, ...], int] = {}
+    decode_lists([("".join(position(i) for i in indices).encode(), b"1")], docs, lists, {})
+    assert list(lists) == [tuple(docs[i] for i in indices)]
 
 
 @given(st.text(max_size=400))
