@@ -33,7 +33,7 @@ from bench.harness.pipeline import Writer
 from bench.harness.results import argument_parser, command, publish, stamp
 from bench.harness.servers import redis_server
 from stream_ndcg.config import Settings
-from stream_ndcg.devtools.servers import free_port
+from stream_ndcg.devtools.ports import free_port
 from stream_ndcg.drilldown.api import Api
 from stream_ndcg.service import collect_garbage_for_batches, explorer
 

@@ -23,7 +23,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.harness.workloads import BATCH, PARTITIONS
-from stream_ndcg.devtools.servers import free_port
+from stream_ndcg.devtools.ports import free_port
 from stream_ndcg.state.redis import RedisStore
 from stream_ndcg.vocabulary import MetricName
 

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stream_ndcg.devtools.servers import LOOPBACK, LocalServer, LocalServers, free_port, wait_for_ready
+from stream_ndcg.devtools.ports import LOOPBACK, free_port
+from stream_ndcg.devtools.servers import LocalServer, LocalServers, wait_for_ready
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from stream_ndcg.devtools.ports import LOOPBACK, free_port
+
 logger = logging.getLogger(__name__)
 
 KAFKA_VERSION = "4.1.1"
 # Kafka ships its SLF4J binding only in the tarball (KAFKA-18466); without it the broker logs nothing.
 LOG4J_VERSION = "2.24.3"
-LOOPBACK = "127.0.0.1"
 
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -100,13 +101,6 @@ def _maven_classpath(name: str, dependencies: list[tuple[str, str, str]]) -> str
             )
             os.replace(Path(scratch, "lib"), lib)
     return str(lib / "*")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_for_ready(check: str, ready: object, timeout: float, process: subprocess.Popen[bytes], log: Path) -> None:

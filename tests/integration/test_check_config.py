@@ -12,8 +12,9 @@ import pytest
 import redis
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
+from stream_ndcg.devtools.ports import free_port
 from stream_ndcg.devtools.redis_servers import RedisServer
-from stream_ndcg.devtools.servers import KafkaBroker, free_port
+from stream_ndcg.devtools.servers import KafkaBroker
 from tests.support.topics import create_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]

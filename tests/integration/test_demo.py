@@ -16,7 +16,7 @@ from urllib.request import urlopen
 
 import pytest
 
-from stream_ndcg.devtools.servers import free_port
+from stream_ndcg.devtools.ports import free_port
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.redis]

@@ -16,7 +16,7 @@ from urllib.request import urlopen
 import pytest
 
 from stream_ndcg.cli import main
-from stream_ndcg.devtools.servers import free_port
+from stream_ndcg.devtools.ports import free_port
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from stream_ndcg.offline.history import settings_of
 from tests.support.deploy import promtool

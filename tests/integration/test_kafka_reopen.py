@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from kafka.metrics import KafkaMetric
 
-from stream_ndcg.devtools.servers import LOOPBACK, KafkaBroker, free_port
+from stream_ndcg.devtools.ports import LOOPBACK, free_port
+from stream_ndcg.devtools.servers import KafkaBroker
 from stream_ndcg.errors import BrokerUnavailable
 from stream_ndcg.source.kafka import KafkaSource, consumer_options, new_consumer
 from tests.support.topics import create_topic

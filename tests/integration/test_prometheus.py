@@ -15,7 +15,8 @@ from urllib.request import urlopen
 import pytest
 import yaml
 
-from stream_ndcg.devtools.servers import KafkaBroker, free_port
+from stream_ndcg.devtools.ports import free_port
+from stream_ndcg.devtools.servers import KafkaBroker
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from tests.support.deploy import CHART, DEPLOY, helm, promtool
 from tests.support.service import Service, wait_for_messages

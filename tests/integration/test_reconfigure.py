@@ -7,8 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from stream_ndcg.devtools.ports import free_port
 from stream_ndcg.devtools.producer import produce
-from stream_ndcg.devtools.servers import KafkaBroker, free_port
+from stream_ndcg.devtools.servers import KafkaBroker
 from stream_ndcg.devtools.simulator import SimulationSpec, Simulator
 from tests.support.replay import compared_gauges, expect_equal_to_replay, replay_of
 from tests.support.service import Service, wait_for_messages

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from stream_ndcg.devtools.ports import free_port
 from stream_ndcg.devtools.producer import produce
 from stream_ndcg.devtools.redis_servers import RedisServer
-from stream_ndcg.devtools.servers import KafkaBroker, free_port
+from stream_ndcg.devtools.servers import KafkaBroker
 from tests.support.events import encode
 from tests.support.replay import CUTOFFS, compared_gauges, expect_equal_to_replay, replay_of, simulated
 from tests.support.service import (

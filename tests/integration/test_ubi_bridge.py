@@ -19,8 +19,9 @@ from kafka.partitioner.default import murmur2
 from prometheus_client.parser import text_string_to_metric_families
 
 from stream_ndcg.cli import main
+from stream_ndcg.devtools.ports import free_port
 from stream_ndcg.devtools.producer import produce
-from stream_ndcg.devtools.servers import KafkaBroker, free_port
+from stream_ndcg.devtools.servers import KafkaBroker
 from stream_ndcg.events import Click, Impression, parse_event
 from stream_ndcg.ubi import contract_message
 from tests.support.topics import create_topic

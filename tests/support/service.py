@@ -19,7 +19,7 @@ from urllib.request import Request, urlopen
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from stream_ndcg.devtools.servers import free_port
+from stream_ndcg.devtools.ports import free_port
 from stream_ndcg.vocabulary import MetricName
 from tests.support.wait import wait_until
 
