@@ -126,6 +126,7 @@ bench: venv
 	$(BIN)/python -m bench.core_bench
 	$(BIN)/python -m bench.upkeep_bench
 	$(BIN)/python -m bench.cache_bench
+	$(BIN)/python -m bench.cache_sizes_bench
 	$(BIN)/python -m bench.decode_bench
 	$(BIN)/python -m bench.judge_bench
 	$(BIN)/python -m bench.targets
