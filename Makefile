@@ -113,7 +113,7 @@ bench: venv
 	$(BIN)/python -m bench.service_bench
 	$(BIN)/python -m bench.latency_bench
 	$(BIN)/python -m bench.memory_bench
-	$(BIN)/python -m bench.profile_bench
+	$(BIN)/python -m bench.profile_bench --native --after 300000 --seconds 20
 	$(BIN)/python -m bench.api_bench
 	$(BIN)/python -m bench.scrape_bench
 	$(BIN)/python -m bench.dedup_bench

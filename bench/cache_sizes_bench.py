@@ -25,6 +25,7 @@ from bench.harness.results import argument_parser, command, publish, stamp
 from bench.harness.servers import redis_server
 from bench.harness.workloads import workload
 from stream_ndcg.config import Settings
+from stream_ndcg.query_state import QueryState
 from stream_ndcg.state.cache import estimated_bytes
 
 # The parts a state's bytes are fitted to, in the order of the fit's coefficients.
@@ -33,7 +34,7 @@ PARTS = ("state", "group", "document in a group's ranks", "distinct list", "plac
 CLASSES = ((1, 1), (2, 9), (10, 99), (100, 999), (1000, None))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MeasuredState:
     real: int
     estimated: int
@@ -57,23 +58,39 @@ def measure(events: int) -> list[MeasuredState]:
         tracemalloc.start()
         try:
             writer.write_all(messages)
-            # The cache's own entries: the bench takes each state out as the cache would evict it.
+            # The cache's own entries: the bench takes each state out as the cache evicts one.
             cache = writer.store._cache
+            parts = [(key, _counts(entry[0]), estimated_bytes(entry[0])) for key, entry in cache._entries.items()]
             gc.collect()
+            # A full collection empties the interpreter's free lists, and the first objects freed
+            # after it refill them instead of being freed: refill them first, and collect no more.
+            _fill_free_lists()
+            gc.disable()
             measured = []
-            for key in list(cache._entries):
-                state = cache._entries[key][0]
-                counts = (1, len(state.groups), sum(len(g.ranks) for g in state.groups.values()),
-                          sum(len(g.lists) for g in state.groups.values()),
-                          sum(len(ranked) for g in state.groups.values() for ranked in g.lists), len(state.revisions))
-                estimated = estimated_bytes(state)
-                del state
+            for key, counts, estimated in parts:
                 before = tracemalloc.get_traced_memory()[0]
                 cache._drop(key)
                 measured.append(MeasuredState(before - tracemalloc.get_traced_memory()[0], estimated, counts))
         finally:
+            gc.enable()
             tracemalloc.stop()
     return measured
+
+
+def _counts(state: QueryState) -> tuple[int, ...]:
+    groups = state.groups.values()
+    return (1, len(groups), sum(len(g.ranks) for g in groups), sum(len(g.lists) for g in groups),
+            sum(len(ranked) for g in groups for ranked in g.lists), len(state.revisions))
+
+
+def _fill_free_lists() -> None:
+    """CPython 3.11 keeps up to 2,000 tuples of each length under 20, 100 floats, 80 lists and 80
+    dicts for reuse."""
+    tuples = [tuple(range(length)) for length in range(1, 20) for _ in range(2_000)]
+    floats = [float(n) + 0.5 for n in range(100)]
+    lists: list[list[int]] = [[] for _ in range(80)]
+    dicts: list[dict[int, int]] = [{} for _ in range(80)]
+    del tuples, floats, lists, dicts
 
 
 def main() -> int:

@@ -54,7 +54,10 @@ def _project_function(frames: list[str]) -> str:
         function, _, where = frame.partition(" (")
         if where.startswith("stream_ndcg/"):
             return f"{function} ({where.split(':')[0]})"
-        if function.startswith("CPyDef_"):
+        # mypyc's own helpers (a native object's clear and set-up for the collector) are not the
+        # project's functions: the frame outside them is. The compiled modules are all top-level.
+        if function.startswith("CPyDef_") and "__mypyc__" not in function \
+                and not function.endswith(("_clear", "_setup")):
             module, _, name = function.removeprefix("CPyDef_").partition("___")
             return f"{name.replace('___', '.')} (stream_ndcg/{module}.py, compiled)"
     return "none"
@@ -78,7 +81,8 @@ def profile(raw_stacks: str) -> tuple[int, Counter[str], Counter[str], Counter[s
         steps[step] += samples
         frames = stack.split(";")
         function, _, where = frames[-1].partition(" (")
-        functions[f"{function} ({where.split(':')[0]})"] += samples
+        # A native frame has no line: "poll (libc.so.6)".
+        functions[f"{function} ({where.rstrip(')').split(':')[0]})"] += samples
         project[_project_function(frames)] += samples
     return total, steps, functions, project
 
@@ -107,6 +111,8 @@ def main() -> int:
         raw = Path(root, "stacks.txt")
         try:
             while counted(client, "profile") <= args.after:
+                if service.process.poll() is not None:
+                    raise RuntimeError(f"the service exited before it took in {args.after:,} events; see {service.log}")
                 time.sleep(0.05)
             subprocess.run([spy, "record", "--pid", str(service.process.pid), "--rate", "100", "--duration",
                             str(args.seconds), "--format", "raw", "--output", str(raw),
