@@ -59,7 +59,8 @@ class StateCache:
     """The query states this instance wrote, least recently used first out, across all partitions,
     bounded twice: by their groups (one query's impressions in one bucket and segment) and by
     their estimated bytes (`estimated_bytes`), since a group's size grows with the distinct lists
-    it holds and a bound on groups alone does not bound the memory.
+    it holds and a bound on groups alone does not bound the memory. A state past a bound alone is
+    not kept.
 
     An entry is trusted only until its deadline, while Redis surely still holds the state it
     mirrors (the key's TTL runs from our write). Leaving the cache never changes a result: the
@@ -95,6 +96,10 @@ class StateCache:
             if key in self._entries:
                 self._drop(key)
             groups, size = len(state.groups) + 1, estimated_bytes(state)
+            if groups > self.most_groups or size > self.most_bytes:
+                # Past a bound alone: put in, it would push every other state out, then itself.
+                self.evictions += 1
+                continue
             self._entries[key] = (state, deadline, groups, size)
             self.groups += groups
             self.bytes += size

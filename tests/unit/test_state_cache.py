@@ -82,17 +82,24 @@ def test_least_recently_used_states_leave_first_once_their_bytes_pass_the_bound(
     assert cache.groups == 4
 
 
-def test_a_state_grown_past_the_bound_leaves_and_the_others_stay_while_they_fit() -> None:
-    grown = listed(2)
+def test_a_state_grown_past_the_bound_alone_leaves_and_the_others_stay() -> None:
+    grown, other = listed(2), listed(2)
     cache = StateCache(most_groups=1000, most_bytes=4 * estimated_bytes(grown))
-    cache.put("t:0", {"a": grown, "b": listed(2)}, deadline=100.0)
+    cache.put("t:0", {"a": grown, "b": other}, deadline=100.0)
     for n in range(400):
         grown.groups[(0, "{}")].add_list(tuple(f"more{n}-d{rank}" for rank in range(10)), 1, 10)
-    cache.put("t:0", {"a": grown}, deadline=100.0)  # now the most recent, alone past the bound: all go
-    assert cache.get("t:0", "a", now=1.0) is None and cache.get("t:0", "b", now=1.0) is None
-    assert cache.bytes == 0 and cache.groups == 0
-    cache.put("t:0", {"b": listed(2)}, deadline=100.0)
-    assert cache.get("t:0", "b", now=1.0) is not None
+    cache.put("t:0", {"a": grown}, deadline=100.0)  # alone past the bound: it leaves, b stays
+    assert cache.get("t:0", "a", now=1.0) is None and cache.get("t:0", "b", now=1.0) is other
+    assert cache.bytes == estimated_bytes(other) and cache.groups == 2
+    assert cache.figures().evictions == 1
+
+
+def test_a_state_with_more_groups_than_the_bound_is_not_kept_and_the_others_stay() -> None:
+    cache = StateCache(most_groups=5, most_bytes=UNBOUNDED)
+    kept = state(1)
+    cache.put("t:0", {"a": kept, "b": state(5)}, deadline=100.0)
+    assert cache.get("t:0", "a", now=1.0) is kept and cache.get("t:0", "b", now=1.0) is None
+    assert cache.groups == 2
 
 
 def test_a_zero_byte_bound_keeps_nothing() -> None:
