@@ -96,14 +96,14 @@ class StateCache:
             if key in self._entries:
                 self._drop(key)
             groups, size = len(state.groups) + 1, estimated_bytes(state)
-            if groups > self.most_groups or size > self.most_bytes:
+            if self._past_bounds(groups, size):
                 # Past a bound alone: put in, it would push every other state out, then itself.
                 self.evictions += 1
                 continue
             self._entries[key] = (state, deadline, groups, size)
             self.groups += groups
             self.bytes += size
-        while self.groups > self.most_groups or self.bytes > self.most_bytes:
+        while self._past_bounds(self.groups, self.bytes):
             self._drop(next(iter(self._entries)))
             self.evictions += 1
 
@@ -118,6 +118,9 @@ class StateCache:
         self._entries.clear()
         self.groups = 0
         self.bytes = 0
+
+    def _past_bounds(self, groups: int, size: int) -> bool:
+        return groups > self.most_groups or size > self.most_bytes
 
     def _drop(self, key: tuple[str, str]) -> None:
         _, _, groups, size = self._entries.pop(key)
