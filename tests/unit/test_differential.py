@@ -130,10 +130,16 @@ def test_linear_gain_agrees_with_trec_eval_ndcg_cut(seed: int, make: Any) -> Non
     assert check(replay_per_impression(events, "linear"), theirs) > 1000
 
 
+@pytest.fixture(scope="module")
+def ranx() -> Any:
+    """ranx, imported before a test's hermetic guard (`conftest.hermetic`) is up: its first import on
+    a machine has matplotlib list the system's fonts with fc-list, once, into its cache."""
+    return pytest.importorskip("ranx")
+
+
 @pytest.mark.filterwarnings("ignore::Warning")  # numba, under ranx, warns while it compiles
 @pytest.mark.parametrize(("seed", "make"), [(3, generated_events), (5, events_of_sources)])
-def test_exponential_gain_agrees_with_ranx_ndcg_burges(seed: int, make: Any) -> None:
-    ranx = pytest.importorskip("ranx")
+def test_exponential_gain_agrees_with_ranx_ndcg_burges(seed: int, make: Any, ranx: Any) -> None:
     events, qrels_by_query = make(seed)
     qrels, run = references(events, qrels_by_query)
     ranx_run = ranx.Run(run)
