@@ -47,7 +47,7 @@ def cut_squares() -> None:
     def no_sums(self: ListSquares, *args: object, **kwargs: object) -> dict[str, float]:
         return {}
 
-    def not_added(self: ListSquares, ranked: tuple[str, ...], count: int) -> None:
+    def not_added(self: ListSquares, ranked: tuple[str, ...], count: int, plain: bool = False) -> None:
         return None
 
     ListSquares.sums = no_sums  # type: ignore[method-assign]
@@ -149,7 +149,8 @@ def main() -> int:
 `{command(__file__)}`, {stamp()}, redis-server on loopback: {args.events:,} events of the service
 bench's workload through this tree's batch pipeline (no Kafka), ideal pool, on the compiled
 core and on the pure one (`STREAM_NDCG_PURE=1`), and on the pure one with its squares cut out,
-{args.rounds} runs each, alternated, each in a process of its own, timed in its CPU time. Load
+{args.rounds} runs each, alternated, each in a process of its own, timed in its CPU time, the
+collector tuned as the service tunes it. Load
 average (1 min) {load_before[0]:.1f} before the runs, {load_after[0]:.1f} after.
 
 | pipeline | median events per CPU-second | runs |

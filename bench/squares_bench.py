@@ -18,8 +18,9 @@ found, stored or exported; the service has no such switch. Two pairs:
 
 The four alternate round after round, the first of each round rotated. Each run is timed in its
 process's CPU time (what the wait for a CPU on a shared machine does not move), as events per
-CPU-second; the ratio of a pair's medians is the share of the throughput the squares leave,
-against the target's 0.95.
+CPU-second, with the cyclic collector tuned as the service tunes it
+(`service.collect_garbage_for_batches`); the ratio of a pair's medians is the share of the
+throughput the squares leave, against the target's 0.95.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ bench's workload through this tree's batch pipeline (no Kafka), ideal pool, with
 squares kept and with them cut out, on the compiled core (two copies of the package compiled as
 setup.py does, one with the cut in its source) and on the pure one (`STREAM_NDCG_PURE=1`, cut in
 the child's process), {args.rounds} runs each, alternated, each in a process of its own, timed
-in its CPU time. Load average (1 min) {load_before[0]:.1f} before, {load_after[0]:.1f} after;
+in its CPU time, the collector tuned as the service tunes it. Load average (1 min) {load_before[0]:.1f} before, {load_after[0]:.1f} after;
 {took / 60:.1f} minutes in all, {built:.0f} s of it compiling the two copies.
 
 | pipeline | median events per CPU-second | runs |

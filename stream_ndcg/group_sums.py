@@ -59,9 +59,10 @@ def repeats_in(ranked: tuple[str, ...], depth: int) -> set[str] | None:
 
 
 def index_list(ranks: Ranks, shown: dict[int, int] | None, ranked: tuple[str, ...], count: int,
-               depth: int) -> None:
+               depth: int) -> bool:
     """`count` impressions of `ranked` added to a group's index (`query_state.Group.add_list`), and
-    to its impressions by rank when it keeps them (`shown`)."""
+    to its impressions by rank when it keeps them (`shown`); whether it repeats no document within
+    `depth` (`repeats_in`)."""
     seen = repeats_in(ranked, depth)
     rank = 0
     for doc in ranked:
@@ -79,6 +80,7 @@ def index_list(ranks: Ranks, shown: dict[int, int] | None, ranked: tuple[str, ..
             at[rank] = at.get(rank, 0) + count
         if shown is not None:
             shown[rank] = shown.get(rank, 0) + count
+    return seen is None
 
 
 def shown_by_rank(ranks: Ranks) -> dict[int, int]:

@@ -4,32 +4,34 @@ Pure, standard library only. A square needs each list's own DCG, which where jud
 stand (all `metric.pooled_sums` reads) does not tell, and scoring every list of a group again
 whenever it takes an impression would cost in proportion to its distinct lists. So a
 `ListSquares` keeps each list's DCGs and the sums: a list shown again adds its square (`added`,
-then `sums`), a grade that moved rescores the lists that show its document (found through an
-index of them once the group holds a few, `ListIndex`), and only a group read afresh from the store
-scores all its lists once. Each sum of the squares (each rounded, as
-the replay's are) is kept exact, as a whole number of 2**-1074, so that what is taken out is
-what was put in and the sum is the same number however the lists came: rounded once, when
-asked for.
+then `sums`), a grade that moved rescores the lists that show its document at the places it
+moved and those judged documents stand at (found through an index of the lists once the group
+holds a few), and only a group read afresh from the store scores all its lists once. Each sum of
+the squares (each rounded, as the replay's are) is kept exact, as a whole number of 2**-1074, so
+that what is taken out is what was put in and the sum is the same number however the lists
+came: rounded once, when asked for.
 
 What a list costs is most of what the squares cost (in the service's workload nearly every
 impression is a list of its own), so the common cases are cut short: a list that shows no judged
 document is scored by its lookups alone, a grade that moves between none and a zero gain rescores
-nothing, and the exact square of a DCG is found once for all the lists that score it (`_SQUARES`:
-in a query with few judgments most lists score one of a few sums). The compiled core (mypyc)
-runs this module as C, where typed loops over lists of floats and ints pay and calls through
-`map` or `operator` do not: it is written for that, the Python sources staying the reference.
+nothing, the exact square of a DCG is found once for all the lists that score it (`_SQUARES`: in
+a query with few judgments most lists score one of a few sums), and a DCG's fsum and what a
+batch's rescorings move a sum by are found in pairs of doubles that hold them exactly
+(`window_sums.fsum_of`, `window_sums.add_exactly`) rather than in calls and whole numbers of
+some 1,100 bits. The compiled core (mypyc) runs this module as C, where typed loops over lists of
+floats and ints pay and calls through `map` or `operator` do not: it is written for that, the
+Python sources staying the reference.
 """
 
 from __future__ import annotations
 
 import functools
-import math
-from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence, Set
-from typing import Final, Generic, NamedTuple, TypeVar
+from collections.abc import Collection, Mapping, Sequence, Set
+from typing import Final, NamedTuple
 
 from stream_ndcg.metric import discount
 from stream_ndcg.vocabulary import dcg_squares_at
-from stream_ndcg.window_sums import exact, rounded
+from stream_ndcg.window_sums import add_exactly, exact, fsum_of, rounded
 
 
 class _Layout(NamedTuple):
@@ -48,16 +50,14 @@ def _layout(cutoffs: tuple[int, ...]) -> _Layout:
                    tuple(dcg_squares_at(k) for k in cutoffs))
 
 
-def list_dcgs(tops: Sequence[tuple[str | None, ...]], gains: dict[str, float], layout: _Layout) -> list[float]:
+def list_dcgs(tops: Sequence[tuple[str | None, ...]], gains: dict[str, float], layout: _Layout,
+              masks: list[int]) -> list[float]:
     """Lists' DCGs at each cut-off, as `metric.ListScorer` scores them, one list after another: the
     DCGs of the i-th list of `tops` are the i-th `len(layout.cutoffs)` values. Each list is given by
-    the ranks its DCGs read (`_top`: a repeated document None at its later ranks).
-
-    Each DCG is the `fsum` of its list's terms (gain times discount), of which only the nonzero
-    count: with none it is 0, with one that term, and with two their sum, which IEEE arithmetic
-    rounds as fsum rounds the exact sum. The sign of a zero is left as it comes: a DCG here is only
-    ever squared or compared."""
-    cutoffs, discounts = layout.cutoffs, layout.discounts
+    the ranks its DCGs read (`_top`: a repeated document None at its later ranks). Each list's
+    nonzero terms' ranks are appended to `masks` (bit r: rank r + 1), what `masked_dcgs` rescores
+    it from."""
+    discounts = layout.discounts
     deepest = len(discounts)
     found: list[float] = []
     # The nonzero terms of the list being scored and their ranks (from 0), the first `judged` of each.
@@ -65,6 +65,7 @@ def list_dcgs(tops: Sequence[tuple[str | None, ...]], gains: dict[str, float], l
     ranks = [0] * deepest
     for top in tops:
         judged = 0
+        mask = 0
         for rank in range(min(len(top), deepest)):
             doc = top[rank]
             if doc is None:
@@ -77,19 +78,59 @@ def list_dcgs(tops: Sequence[tuple[str | None, ...]], gains: dict[str, float], l
                 terms[judged] = term
                 ranks[judged] = rank
                 judged += 1
-        for k in cutoffs:
-            within = 0
-            while within < judged and ranks[within] < k:
-                within += 1
-            if within == 0:
-                found.append(0.0)
-            elif within == 1:
-                found.append(terms[0])
-            elif within == 2:
-                found.append(terms[0] + terms[1])
-            else:
-                found.append(_fsum(terms[:within]))
+                mask |= 1 << rank
+        masks.append(mask)
+        _dcgs(terms, ranks, judged, layout.cutoffs, found)
     return found
+
+
+def masked_dcgs(top: tuple[str | None, ...], mask: int, gains: dict[str, float], layout: _Layout,
+                found: list[float], terms: list[float], ranks: list[int]) -> None:
+    """One list's DCGs at each cut-off appended to `found`, read from the ranks its nonzero terms
+    stand at (`mask`, as `list_dcgs` gives it) alone: the same numbers `list_dcgs` gives. `terms`
+    and `ranks`: room for a term at each rank, written over."""
+    discounts = layout.discounts
+    judged = 0
+    rank = 0
+    while mask:
+        doc = top[rank]
+        # A set bit is a judged document's place (`ListSquares` keeps the masks with the gains).
+        if mask & 1 and doc is not None:
+            terms[judged] = gains[doc] * discounts[rank]
+            ranks[judged] = rank
+            judged += 1
+        mask >>= 1
+        rank += 1
+    _dcgs(terms, ranks, judged, layout.cutoffs, found)
+
+
+def _dcgs(terms: list[float], ranks: list[int], judged: int, cutoffs: tuple[int, ...], found: list[float]) -> None:
+    """A list's DCG at each cut-off appended to `found`, from its first `judged` nonzero `terms` and
+    their `ranks` (from 0, rising).
+
+    Each DCG is the `fsum` of its list's terms (gain times discount), of which only the nonzero
+    count: with none it is 0, with one that term, and with two their sum, which IEEE arithmetic
+    rounds as fsum rounds the exact sum; a cut-off that takes in no term more than the one before
+    it has its DCG. The sign of a zero is left as it comes: a DCG here is only ever squared or
+    compared."""
+    last = -1
+    value = 0.0
+    for k in cutoffs:
+        # The cut-offs come in any order: the terms within each are counted afresh.
+        within = 0
+        while within < judged and ranks[within] < k:
+            within += 1
+        if within != last:
+            last = within
+            if within == 0:
+                value = 0.0
+            elif within == 1:
+                value = terms[0]
+            elif within == 2:
+                value = terms[0] + terms[1]
+            else:
+                value = fsum_of(terms, within)
+        found.append(value)
 
 
 def _top(ranked: tuple[str, ...], depth: int) -> tuple[str | None, ...]:
@@ -106,10 +147,9 @@ def _top(ranked: tuple[str, ...], depth: int) -> tuple[str | None, ...]:
 _SQUARES_HELD: Final = 1 << 16
 
 # A DCG -> its square, rounded as the replay's `value * value` is, exact: in a query with few
-# judgments most lists score one of a few DCGs. (Final: the compiled core keeps it, and `_fsum`,
-# in a C variable rather than the module's dict.)
+# judgments most lists score one of a few DCGs. (Final: the compiled core keeps it in a C variable
+# rather than the module's dict.)
 _SQUARES: Final[dict[float, int]] = {}
-_fsum: Final = math.fsum
 
 
 def _square(value: float) -> int:
@@ -126,87 +166,52 @@ def _square(value: float) -> int:
 # bound that does not grow, so a judgment still costs in proportion to the places it changes.
 INDEX_FROM = 16
 
-# What the owner of an index calls each list: the list itself, or a number.
-Key = TypeVar("Key", bound=Hashable)
-
-
-class ListIndex(Generic[Key]):
-    """The lists of one group that show each document, by the key its owner gives each list, once
-    it holds `INDEX_FROM` lists.
-
-    Each document's lists are a list, not a set: a list of a few keys takes far fewer bytes than a
-    set, and there is one per document a group shows. A key may stand twice in one (a list that
-    repeats a document); `showing` gives each once."""
-
-    __slots__ = ("index",)
-
-    def __init__(self) -> None:
-        self.index: dict[str | None, list[Key]] | None = None
-
-    def added(self, key: Key, docs: Iterable[str | None]) -> None:
-        """A list taken in, with the documents it shows."""
-        index = self.index
-        if index is not None:
-            for doc in docs:
-                keys = index.get(doc)
-                if keys is None:
-                    index[doc] = [key]
-                else:
-                    keys.append(key)
-
-    def showing(self, docs: Set[str], listed: Iterable[tuple[Key, Collection[str | None]]],
-                size: int) -> Collection[Key]:
-        """Those of the lists taken in that show any of `docs`: `listed` gives every one (its key and
-        documents, walked only until the index is made), `size` how many there are."""
-        if not docs:
-            return ()
-        if self.index is None:
-            if size < INDEX_FROM:
-                return [key for key, shown in listed if not docs.isdisjoint(shown)]
-            self.index = {}
-            for key, shown in listed:
-                self.added(key, shown)
-        index = self.index
-        return {key for doc in docs if doc in index for key in index[doc]}
-
-
 class ListSquares:
     """One group's lists' DCGs and the exact sums of their squares, per cut-off.
 
     Each list is known by a number, given in the order the lists came, and what is kept of it is
     found by that number: a list's tuple is hashed once per impression, never again for a
-    rescoring, and the index holds numbers. The lists' DCGs stand in one list of floats, a list's at
-    its number times the cut-offs, rather than in a tuple per list."""
+    rescoring. The lists' DCGs stand in one list of floats, a list's at its number times the
+    cut-offs, rather than in a tuple per list. Each list's nonzero terms' ranks are kept too (a
+    mask), so that a moved grade rescores a list from the places it moved and those judged
+    documents stand at, not from every place. The lists that show each document are walked in a
+    small group and indexed once a group holds `INDEX_FROM`: a list of numbers per document, a
+    list's number one object however many documents it shows."""
 
-    __slots__ = ("numbers", "tops", "dcgs", "counts", "showing", "totals", "pending", "pending_counts", "layout",
-                 "found")
+    __slots__ = ("numbers", "tops", "dcgs", "counts", "masks", "showing", "totals", "pending", "pending_counts",
+                 "pending_plain", "layout", "found")
 
     def __init__(self) -> None:
         # list -> its number
         self.numbers: dict[tuple[str, ...], int] = {}
-        # By number: the ranks its DCGs read (the list itself but for a few: `_top`), and the
-        # impressions of it counted in `totals`.
+        # By number: the ranks its DCGs read (the list itself but for a few: `_top`), the
+        # impressions of it counted in `totals`, and the ranks of its nonzero terms (bit r: rank r + 1).
         self.tops: list[tuple[str | None, ...]] = []
         self.counts: list[int] = []
+        self.masks: list[int] = []
         # Each list's DCG at each cut-off with the gains of the last `sums` (by number, then cut-off).
         self.dcgs: list[float] = []
-        # Where the lists show each document: a moved grade rescores those, not every list.
-        self.showing: ListIndex[int] = ListIndex()
+        # document -> the numbers of the lists that show it; None: not indexed yet.
+        self.showing: dict[str | None, list[int]] | None = None
         # Per cut-off, the sum over the lists counted so far; None: nothing counted yet.
         self.totals: list[int] | None = None
-        # Lists taken since the last `sums`, and the impressions of each, not in `totals` yet.
-        # (A list taken more than once stands once per time: no list is hashed to be taken.)
+        # Lists taken since the last `sums`, the impressions of each, and whether it is known to
+        # repeat no document within the depth, not in `totals` yet. (A list taken more than once
+        # stands once per time: no list is hashed to be taken.)
         self.pending: list[tuple[str, ...]] = []
         self.pending_counts: list[int] = []
+        self.pending_plain: list[bool] = []
         self.layout = _layout((1,))
         # What the last `sums` gave, while `totals` stay as they were.
         self.found: dict[str, float] = {}
 
-    def added(self, ranked: tuple[str, ...], count: int) -> None:
-        """The group took `count` impressions of a list."""
+    def added(self, ranked: tuple[str, ...], count: int, plain: bool = False) -> None:
+        """The group took `count` impressions of a list; `plain`: it is known to repeat no document
+        within the depth (`group_sums.index_list` tells), so that it needs no look for repeats."""
         if self.totals is not None:
             self.pending.append(ranked)
             self.pending_counts.append(count)
+            self.pending_plain.append(plain)
 
     def sums(self, lists: Mapping[tuple[str, ...], int], gains: Mapping[str, float], cutoffs: tuple[int, ...],
              moved: Set[str], before: Mapping[str, float | None] | None = None) -> dict[str, float]:
@@ -217,41 +222,106 @@ class ListSquares:
         table = gains if isinstance(gains, dict) else dict(gains)
         totals = self.totals
         if totals is None or self.layout.cutoffs != cutoffs:
-            self.numbers, self.tops, self.dcgs, self.counts = {}, [], [], []
-            self.showing, self.layout = ListIndex(), _layout(cutoffs)
+            self.numbers, self.tops, self.dcgs, self.counts, self.masks = {}, [], [], [], []
+            self.showing, self.layout = None, _layout(cutoffs)
             totals = self.totals = [0] * len(cutoffs)
             self.pending, self.pending_counts = list(lists.keys()), list(lists.values())
+            self.pending_plain = [False] * len(self.pending)
             changed = True
         else:
             changed = False
             if moved and before is not None:
                 moved = {doc for doc in moved if doc not in before or (before[doc] or 0.0) != (table.get(doc) or 0.0)}
+        if moved and self.tops and self._rescore(moved, table, totals):
+            changed = True
+        if self.pending and self._take_pending(table, totals):
+            changed = True
+        if changed:
+            names, stride = self.layout.names, len(cutoffs)
+            self.found = {names[cut]: rounded(totals[cut]) for cut in range(stride)}
+        return self.found
+
+    def _rescore(self, moved: Set[str], table: dict[str, float], totals: list[int]) -> bool:
+        """The lists that show a document of `moved` rescored with `table`: each one's mask set at
+        its moved places first, then its DCGs read from its mask. Whether a sum moved."""
+        tops, dcgs, counts, masks, layout = self.tops, self.dcgs, self.counts, self.masks, self.layout
+        discounts = layout.discounts
+        depth = len(discounts)
+        stride = len(layout.cutoffs)
+        changed = False
+        scores: list[float] = []
+        terms, ranks = [0.0] * depth, [0] * depth
+        # Per cut-off, what the rescorings moved its sum by, held in a pair of doubles (`window_sums.add_exactly`).
+        highs, lows = [0.0] * stride, [0.0] * stride
+        for number in self._showing(moved):
+            top = tops[number]
+            mask = masks[number]
+            for rank in range(len(top)):
+                doc = top[rank]
+                if doc is not None and doc in moved:
+                    gain = table.get(doc)
+                    if gain is not None and gain * discounts[rank] != 0.0:
+                        mask |= 1 << rank
+                    else:
+                        mask &= ~(1 << rank)
+            masks[number] = mask
+            scores.clear()
+            masked_dcgs(top, mask, table, layout, scores, terms, ranks)
+            count = counts[number]
+            for cut in range(stride):
+                old, new = dcgs[number * stride + cut], scores[cut]
+                if old != new:
+                    dcgs[number * stride + cut] = new
+                    changed = True
+                    if count == 1:
+                        add_exactly(highs, lows, cut, new * new, totals)
+                        add_exactly(highs, lows, cut, -(old * old), totals)
+                    else:
+                        totals[cut] += count * (_square(new) - _square(old))
+        for cut in range(stride):
+            totals[cut] += exact(highs[cut]) + exact(lows[cut])
+        return changed
+
+    def _showing(self, docs: Set[str]) -> Collection[int]:
+        """The numbers of the lists taken in that show a document of `docs`, each once: walked in a
+        small group, read from the index in a larger one (made on the first ask)."""
+        tops = self.tops
+        showing = self.showing
+        if showing is None:
+            if len(tops) < INDEX_FROM:
+                return [number for number in range(len(tops)) if not docs.isdisjoint(tops[number])]
+            showing = self.showing = {}
+            for number in range(len(tops)):
+                _index(showing, tops[number], number)
+        found: dict[int, None] = {}
+        for doc in docs:
+            numbers = showing.get(doc)
+            if numbers is not None:
+                for number in numbers:
+                    found[number] = None
+        return found.keys()
+
+    def _take_pending(self, table: dict[str, float], totals: list[int]) -> bool:
+        """The lists taken since the last `sums`: those new to the group numbered and indexed as
+        they come, their impressions counted, and scored together once all are in (a new list shown
+        twice holds both). Whether a sum moved."""
         tops, dcgs, counts, layout = self.tops, self.dcgs, self.counts, self.layout
-        stride = len(cutoffs)
-        rescored = list(self.showing.showing(moved, enumerate(tops), len(tops))) if moved else []
-        if rescored:
-            scores = list_dcgs([tops[number] for number in rescored], table, layout)
-            for i, number in enumerate(rescored):
-                count = counts[number]
-                for cut in range(stride):
-                    old, new = dcgs[number * stride + cut], scores[i * stride + cut]
-                    if old != new:
-                        dcgs[number * stride + cut] = new
-                        moved_by = _square(new) - _square(old)
-                        totals[cut] += moved_by if count == 1 else count * moved_by
-                        changed = True
-        # The lists new to the group are numbered and indexed as they come, their impressions
-        # counted, and scored together once all are in (a new list shown twice holds both).
-        numbers, index, depth = self.numbers, self.showing, len(layout.discounts)
+        numbers, showing, depth = self.numbers, self.showing, len(layout.discounts)
+        stride = len(layout.cutoffs)
         first_new = len(tops)
-        pending, pending_counts = self.pending, self.pending_counts
-        for i, ranked in enumerate(pending):
+        pending, pending_counts, pending_plain = self.pending, self.pending_counts, self.pending_plain
+        changed = False
+        for i in range(len(pending)):
+            ranked = pending[i]
             count = pending_counts[i]
             held = numbers.get(ranked, -1)
             if held < 0:
-                numbers[ranked] = len(tops)
-                top = _top(ranked, depth)
-                index.added(len(tops), top)
+                number = numbers[ranked] = len(tops)
+                top: tuple[str | None, ...] = ranked
+                if not pending_plain[i] or len(ranked) > depth:
+                    top = _top(ranked, depth)
+                if showing is not None:
+                    _index(showing, top, number)
                 tops.append(top)
                 counts.append(count)
                 continue
@@ -264,8 +334,9 @@ class ListSquares:
                         changed = True
         pending.clear()
         pending_counts.clear()
+        pending_plain.clear()
         if len(tops) > first_new:
-            scores = list_dcgs(tops[first_new:], table, layout)
+            scores = list_dcgs(tops[first_new:], table, layout, self.masks)
             dcgs.extend(scores)
             for number in range(first_new, len(tops)):
                 count, last, square = counts[number], 0.0, 0
@@ -277,7 +348,16 @@ class ListSquares:
                             last, square = value, _square(value)
                         totals[cut] += square if count == 1 else count * square
                         changed = True
-        if changed:
-            names = layout.names
-            self.found = {names[cut]: rounded(totals[cut]) for cut in range(stride)}
-        return self.found
+        return changed
+
+
+def _index(showing: dict[str | None, list[int]], top: tuple[str | None, ...], number: int) -> None:
+    """A list added to a group's index of the lists that show each document. Its number is one
+    object, in the list of each document it shows."""
+    for doc in top:
+        if doc is not None:
+            numbers = showing.get(doc)
+            if numbers is None:
+                showing[doc] = [number]
+            else:
+                numbers.append(number)

@@ -5,7 +5,7 @@ group's sums are `metric.list_sums` of its lists scored one by one; scoring ever
 again whenever it takes an impression would cost in proportion to its distinct lists. So a
 `ListTerms` keeps each list's score and the sums of their terms: a list shown again moves its
 terms from its old count to its new (`added`, then `sync`), a grade that moved rescores the
-lists that show its document (found through `list_squares.ListIndex`), and only a group read afresh
+lists that show its document (found through a `ListIndex`), and only a group read afresh
 from the store scores all its lists once.
 
 Exact by construction: each sum is kept as a whole number of 2**-1074 (`window_sums.exact`) of
@@ -15,9 +15,10 @@ is what was put in, and the sum, rounded once when asked for, is `list_sums`'s f
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Collection, Hashable, Iterable, Mapping, Set
+from typing import Generic, TypeVar
 
-from stream_ndcg.list_squares import ListIndex
+from stream_ndcg.list_squares import INDEX_FROM
 from stream_ndcg.metric import Measure, score_list
 from stream_ndcg.vocabulary import dcg_at, dcg_squares_at, judged_at, ndcg_at, ndcg_squares_at, scored_at
 from stream_ndcg.window_sums import exact, rounded
@@ -40,6 +41,50 @@ def _terms(score: Score, count: int) -> list[int]:
             terms += (exact(dcg * count), exact(dcg * dcg * count), exact(ndcg * count), count,
                       exact(ndcg * ndcg * count), exact(judged * count))
     return terms
+
+
+# What the owner of an index calls each list: the list itself, or a number.
+Key = TypeVar("Key", bound=Hashable)
+
+
+class ListIndex(Generic[Key]):
+    """The lists of one group that show each document, by the key its owner gives each list, once
+    it holds `INDEX_FROM` lists.
+
+    Each document's lists are a list, not a set: a list of a few keys takes far fewer bytes than a
+    set, and there is one per document a group shows. A key may stand twice in one (a list that
+    repeats a document); `showing` gives each once."""
+
+    __slots__ = ("index",)
+
+    def __init__(self) -> None:
+        self.index: dict[str | None, list[Key]] | None = None
+
+    def added(self, key: Key, docs: Iterable[str | None]) -> None:
+        """A list taken in, with the documents it shows."""
+        index = self.index
+        if index is not None:
+            for doc in docs:
+                keys = index.get(doc)
+                if keys is None:
+                    index[doc] = [key]
+                else:
+                    keys.append(key)
+
+    def showing(self, docs: Set[str], listed: Iterable[tuple[Key, Collection[str | None]]],
+                size: int) -> Collection[Key]:
+        """Those of the lists taken in that show any of `docs`: `listed` gives every one (its key and
+        documents, walked only until the index is made), `size` how many there are."""
+        if not docs:
+            return ()
+        if self.index is None:
+            if size < INDEX_FROM:
+                return [key for key, shown in listed if not docs.isdisjoint(shown)]
+            self.index = {}
+            for key, shown in listed:
+                self.added(key, shown)
+        index = self.index
+        return {key for doc in docs if doc in index for key in index[doc]}
 
 
 class ListTerms:

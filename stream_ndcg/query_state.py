@@ -82,14 +82,14 @@ class Group:
         self.lists[ranked] = self.lists.get(ranked, 0) + count
         if self._listed is not None:
             self._listed += count
-        self.squares.added(ranked, count)
+        # The places' loop is the compiled core's (`group_sums`): this class stays interpreted, as the
+        # stores' caches take weak references to it.
+        plain = index_list(self.ranks, self._shown_at, ranked, count, depth)
+        self.squares.added(ranked, count, plain)
         if self.terms is not None:
             self.terms.added(ranked, count)
         if self.sums is not None:
             self.sums.pending.append((ranked, count))
-        # The places' loop is the compiled core's (`group_sums`): this class stays interpreted, as the
-        # stores' caches take weak references to it.
-        index_list(self.ranks, self._shown_at, ranked, count, depth)
 
     def lists_complete(self) -> bool:
         """Whether the group holds every list it counts: what its sums of squares are made of."""

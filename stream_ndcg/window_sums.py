@@ -9,7 +9,9 @@ takes in. The totals are exact: every double is an integer multiple of
 2**-1074, so each is kept as that integer, and a total moved by a month of
 changes is the same number as the buckets summed afresh (rounded once, when a
 mean is asked for). The means are `windows.means` of those totals, as the
-replay's are.
+replay's are. The core's other exact sums use the same whole numbers (`exact`, `rounded`), and a
+short sum of doubles a pair of them that holds it exactly where it can (`fsum_of`,
+`add_exactly`), at a few additions where a whole number of some 1,100 bits is an allocation.
 
     sums = WindowSums(windows_ms=(300_000,), bucket_ms=60_000, labels=("variant",))
     sums.apply(store.read_aggregates(sums.marks(oldest), oldest))
@@ -23,7 +25,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from math import frexp
+from math import frexp, fsum
 from typing import Final
 
 from stream_ndcg.vocabulary import segment_values
@@ -56,6 +58,54 @@ def exact(value: float) -> int:
 def rounded(total: int) -> float:
     """The double nearest a whole number of 2**-1074 (int / int rounds correctly)."""
     return total / _GRID
+
+
+def fsum_of(terms: list[float], count: int) -> float:
+    """The first `count` terms' `fsum`: their exact sum rounded once. Found in a pair of doubles
+    whose sum is the terms' exact sum (each step Knuth's two-sum, which IEEE arithmetic makes exact),
+    the nearest double to which is the pair's rounded sum; by `fsum` itself where some step's sum is
+    not held by a pair (terms of far apart magnitudes)."""
+    high = terms[0]
+    low = 0.0
+    for i in range(1, count):
+        term = terms[i]
+        # high + term = total + error, exactly.
+        total = high + term
+        part = total - high
+        error = (high - (total - part)) + (term - part)
+        # low + error = rest + lost, exactly: a pair holds the sum only if nothing is lost.
+        rest = low + error
+        part = rest - low
+        lost = (low - (rest - part)) + (error - part)
+        if lost != 0.0:
+            return fsum(terms[:count])
+        # total + rest = high + low, exactly, high the nearest double to their sum.
+        high = total + rest
+        part = high - total
+        low = (total - (high - part)) + (rest - part)
+    return high
+
+
+def add_exactly(highs: list[float], lows: list[float], at: int, value: float, totals: list[int]) -> None:
+    """`value` added to the pair of doubles at `at` of `highs` and `lows`, whose sum stays exact
+    (each step a two-sum, as in `fsum_of`): where the pair cannot hold the new sum, it goes into
+    `totals[at]` (a whole number of 2**-1074) and `value` starts it again. The caller adds what the
+    pair holds in the end. A pair costs a few additions where a whole number of 2**-1074 (some 1,100
+    bits) costs an allocation."""
+    high, low = highs[at], lows[at]
+    total = high + value
+    part = total - high
+    error = (high - (total - part)) + (value - part)
+    rest = low + error
+    part = rest - low
+    lost = (low - (rest - part)) + (error - part)
+    if lost != 0.0:
+        totals[at] += exact(high) + exact(low)
+        highs[at], lows[at] = value, 0.0
+        return
+    high = total + rest
+    part = high - total
+    highs[at], lows[at] = high, (total - (high - part)) + (rest - part)
 
 
 @dataclass

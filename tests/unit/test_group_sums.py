@@ -155,8 +155,9 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> _Counted:
         pytest.skip("counts calls by patching the pure core's functions: the pure run (make test-pure) counts them")
     counts = _Counted(monkeypatch)
     counts.count(GroupSums, "_place")
-    # The lists it scores: a call scores many.
+    # The lists it scores: a call of list_dcgs scores many, of masked_dcgs one (a rescoring).
     counts.count(list_squares, "list_dcgs", lambda tops, *_: len(tops))
+    counts.count(list_squares, "masked_dcgs")
     counts.count(list_terms, "score_list")
     return counts
 
@@ -227,7 +228,7 @@ def test_a_judgment_costs_the_places_its_document_is_shown_whatever_the_group_ho
     assert outcome.rows and _Walked.walks == 0
     # Each place's term taken out with the old gain and put in with the new.
     assert counted.calls["_place"] == 2 * 5
-    assert counted.calls.get("list_dcgs", 0) + counted.calls.get("score_list", 0) == 5
+    assert counted.calls.get("masked_dcgs", 0) + counted.calls.get("score_list", 0) == 5
 
 
 def test_the_walk_left_is_the_most_exposed_unjudged_documents_judgment() -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from stream_ndcg.list_squares import ListSquares
 from stream_ndcg.metric import discount
 from stream_ndcg.vocabulary import dcg_squares_at
@@ -52,3 +55,37 @@ def test_a_moved_grade_rescores_the_lists_taken_before_and_after_it() -> None:
     found = squares.sums(lists, moved, (1, 3), {"x"}, {"x": None})
     for k in (1, 3):
         assert found[dcg_squares_at(k)] == squares_scored_afresh(lists, moved, k)
+
+
+DOCS = ["a", "b", "c", "d", "e"]
+# A grade's gain: None not judged, 0.0 judged with no gain.
+GAINS = st.sampled_from([None, 0.0, 1.0, 3.0, 0.1])
+RANKED = st.lists(st.sampled_from(DOCS), min_size=1, max_size=6).map(tuple)
+
+
+@given(st.sampled_from([(1, 3), (3, 1), (2, 5), (5,)]),
+       st.lists(st.tuples(st.lists(st.tuples(RANKED, st.integers(1, 3)), max_size=12),
+                          st.dictionaries(st.sampled_from(DOCS), GAINS, max_size=3),
+                          st.booleans()),
+                min_size=1, max_size=8))
+def test_the_squares_kept_through_lists_and_moved_grades_equal_the_lists_scored_afresh(
+        cutoffs: tuple[int, ...], rounds: list[tuple[list[tuple[tuple[str, ...], int]], dict[str, float | None], bool]]
+) -> None:
+    # Each round: lists taken (a few groups pass the index's threshold), grades moved, and whether
+    # the lists are told they repeat nothing (the engine tells it of those that do not).
+    squares = ListSquares()
+    gains: dict[str, float] = {"a": 1.0}
+    lists: dict[tuple[str, ...], int] = {}
+    squares.sums(lists, gains, cutoffs, set())
+    for taken, moves, told in rounds:
+        for ranked, count in taken * 2:
+            squares.added(ranked, count, told and len(set(ranked)) == len(ranked))
+            lists[ranked] = lists.get(ranked, 0) + count
+        before = {doc: gains.get(doc) for doc in moves}
+        for doc, gain in moves.items():
+            if gain is None:
+                gains.pop(doc, None)
+            else:
+                gains[doc] = gain
+        found = squares.sums(lists, dict(gains), cutoffs, set(moves), before)
+        assert found == {dcg_squares_at(k): squares_scored_afresh(lists, gains, k) for k in cutoffs}

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from stream_ndcg.engine import BatchOutcome
 from stream_ndcg.state.base import Commit
 from stream_ndcg.state.memory import MemoryStore
-from stream_ndcg.window_sums import WindowSums, exact, rounded
+from stream_ndcg.window_sums import WindowSums, add_exactly, exact, fsum_of, rounded
 
 SEGMENTS = ('{"variant":"A"}', '{"variant":"B"}', '{"variant":"A","device":"m"}', "")
 FIELDS = ("impressions", "ndcg@3")
@@ -84,3 +84,21 @@ def test_running_sums_equal_the_window_summed_afresh(steps: list[tuple[object, .
             sums.slide(ranges)
             for window, (first, last) in ranges.items():
                 assert sums.totals(window) == _expected(store, first, last), (window, now)
+
+
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e150, max_value=1e150), max_size=30))
+def test_a_pair_of_doubles_moves_a_sum_by_exactly_the_values_added_to_it(values: list[float]) -> None:
+    # Values of far apart magnitudes pass what a pair holds: it goes into the whole number and starts again.
+    highs, lows, totals = [0.0, 0.0], [0.0, 0.0], [exact(2.5), 0]
+    for value in values:
+        add_exactly(highs, lows, 0, value, totals)
+    held = totals[0] + exact(highs[0]) + exact(lows[0])
+    assert held == exact(2.5) + sum(exact(value) for value in values)
+    assert rounded(held) == math.fsum([2.5, *values])
+    assert totals[1] == 0 and highs[1] == lows[1] == 0.0
+
+
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300), min_size=1,
+                max_size=10))
+def test_a_sum_of_terms_is_their_fsum(terms: list[float]) -> None:
+    assert fsum_of(terms, len(terms)) == math.fsum(terms)
