@@ -220,10 +220,16 @@ class ListSquares:
         `before` the gains they had then (those that went between none and a zero gain move no DCG).
         The dict given is kept for the next call (read it, do not change it)."""
         table = gains if isinstance(gains, dict) else dict(gains)
+        if not table:
+            # No document of the query is judged: every DCG is 0, and so is every square. Nothing is
+            # kept of the lists: the query's first grade scores them all, as a group read afresh is.
+            if self.totals is not None or self.layout.cutoffs != cutoffs or not self.found:
+                self._let_go(cutoffs)
+                self.found = dict.fromkeys(self.layout.names, 0.0)
+            return self.found
         totals = self.totals
         if totals is None or self.layout.cutoffs != cutoffs:
-            self.numbers, self.tops, self.dcgs, self.counts, self.masks = {}, [], [], [], []
-            self.showing, self.layout = None, _layout(cutoffs)
+            self._let_go(cutoffs)
             totals = self.totals = [0] * len(cutoffs)
             self.pending, self.pending_counts = list(lists.keys()), list(lists.values())
             self.pending_plain = [False] * len(self.pending)
@@ -240,6 +246,12 @@ class ListSquares:
             names, stride = self.layout.names, len(cutoffs)
             self.found = {names[cut]: rounded(totals[cut]) for cut in range(stride)}
         return self.found
+
+    def _let_go(self, cutoffs: tuple[int, ...]) -> None:
+        """Everything kept of the lists dropped, to be scored afresh at `cutoffs`."""
+        self.numbers, self.tops, self.dcgs, self.counts, self.masks = {}, [], [], [], []
+        self.showing, self.layout, self.totals = None, _layout(cutoffs), None
+        self.pending, self.pending_counts, self.pending_plain = [], [], []
 
     def _rescore(self, moved: Set[str], table: dict[str, float], totals: list[int]) -> bool:
         """The lists that show a document of `moved` rescored with `table`: each one's mask set at

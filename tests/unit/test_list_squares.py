@@ -63,18 +63,19 @@ GAINS = st.sampled_from([None, 0.0, 1.0, 3.0, 0.1])
 RANKED = st.lists(st.sampled_from(DOCS), min_size=1, max_size=6).map(tuple)
 
 
-@given(st.sampled_from([(1, 3), (3, 1), (2, 5), (5,)]),
+@given(st.sampled_from([(1, 3), (3, 1), (2, 5), (5,)]), st.sampled_from([{}, {"a": 1.0}]),
        st.lists(st.tuples(st.lists(st.tuples(RANKED, st.integers(1, 3)), max_size=12),
                           st.dictionaries(st.sampled_from(DOCS), GAINS, max_size=3),
                           st.booleans()),
                 min_size=1, max_size=8))
 def test_the_squares_kept_through_lists_and_moved_grades_equal_the_lists_scored_afresh(
-        cutoffs: tuple[int, ...], rounds: list[tuple[list[tuple[tuple[str, ...], int]], dict[str, float | None], bool]]
-) -> None:
-    # Each round: lists taken (a few groups pass the index's threshold), grades moved, and whether
-    # the lists are told they repeat nothing (the engine tells it of those that do not).
+        cutoffs: tuple[int, ...], first_gains: dict[str, float],
+        rounds: list[tuple[list[tuple[tuple[str, ...], int]], dict[str, float | None], bool]]) -> None:
+    # Each round: lists taken (a few groups pass the index's threshold), grades moved (a query may
+    # have none judged for a while), and whether the lists are told they repeat nothing (the engine
+    # tells it of those that do not).
     squares = ListSquares()
-    gains: dict[str, float] = {"a": 1.0}
+    gains = dict(first_gains)
     lists: dict[tuple[str, ...], int] = {}
     squares.sums(lists, gains, cutoffs, set())
     for taken, moves, told in rounds:
@@ -89,3 +90,21 @@ def test_the_squares_kept_through_lists_and_moved_grades_equal_the_lists_scored_
                 gains[doc] = gain
         found = squares.sums(lists, dict(gains), cutoffs, set(moves), before)
         assert found == {dcg_squares_at(k): squares_scored_afresh(lists, gains, k) for k in cutoffs}
+
+
+def test_a_query_whose_grades_all_go_and_come_again_has_its_lists_scored_afresh() -> None:
+    # While no document is judged nothing is kept of the lists; the next grade scores them all.
+    squares = ListSquares()
+    lists: dict[tuple[str, ...], int] = {}
+    squares.sums(lists, {"a": 1.0}, (1, 3), set())
+    for ranked in [("a", "b"), ("b", "a", "c"), ("c",)]:
+        squares.added(ranked, 2, True)
+        lists[ranked] = 2
+    assert squares.sums(lists, {"a": 1.0}, (1, 3), set())[dcg_squares_at(3)] > 0
+    assert squares.sums(lists, {}, (1, 3), {"a"}, {"a": 1.0}) == {dcg_squares_at(1): 0.0, dcg_squares_at(3): 0.0}
+    for ranked in [("b", "c"), ("a", "b")]:
+        squares.added(ranked, 1, True)
+        lists[ranked] = lists.get(ranked, 0) + 1
+    gains = {"b": 3.0}
+    found = squares.sums(lists, gains, (1, 3), {"b"}, {"b": None})
+    assert found == {dcg_squares_at(k): squares_scored_afresh(lists, gains, k) for k in (1, 3)}
