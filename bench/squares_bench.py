@@ -79,8 +79,9 @@ bench's workload through this tree's batch pipeline (no Kafka), ideal pool, with
 squares kept and with them cut out, on the compiled core (two copies of the package compiled as
 setup.py does, one with the cut in its source) and on the pure one (`STREAM_NDCG_PURE=1`, cut in
 the child's process), {args.rounds} runs each, alternated, each in a process of its own, timed
-in its CPU time, the collector tuned as the service tunes it. Load average (1 min) {load_before[0]:.1f} before, {load_after[0]:.1f} after;
-{took / 60:.1f} minutes in all, {built:.0f} s of it compiling the two copies.
+in its CPU time, the collector tuned as the service tunes it. Load average (1 min)
+{load_before[0]:.1f} before, {load_after[0]:.1f} after; {took / 60:.1f} minutes in all, {built:.0f} s of it
+compiling the two copies.
 
 | pipeline | median events per CPU-second | runs |
 |---|---:|---|

@@ -62,50 +62,49 @@ def rounded(total: int) -> float:
 
 def fsum_of(terms: list[float], count: int) -> float:
     """The first `count` terms' `fsum`: their exact sum rounded once. Found in a pair of doubles
-    whose sum is the terms' exact sum (each step Knuth's two-sum, which IEEE arithmetic makes exact),
-    the nearest double to which is the pair's rounded sum; by `fsum` itself where some step's sum is
-    not held by a pair (terms of far apart magnitudes)."""
+    whose sum is the terms' exact sum (`_pair_plus`), the nearest double to which is the pair's
+    first; by `fsum` itself where a pair cannot hold the sum (terms of far apart magnitudes)."""
     high = terms[0]
     low = 0.0
     for i in range(1, count):
-        term = terms[i]
-        # high + term = total + error, exactly.
-        total = high + term
-        part = total - high
-        error = (high - (total - part)) + (term - part)
-        # low + error = rest + lost, exactly: a pair holds the sum only if nothing is lost.
-        rest = low + error
-        part = rest - low
-        lost = (low - (rest - part)) + (error - part)
-        if lost != 0.0:
+        high, low, held = _pair_plus(high, low, terms[i])
+        if not held:
             return fsum(terms[:count])
-        # total + rest = high + low, exactly, high the nearest double to their sum.
-        high = total + rest
-        part = high - total
-        low = (total - (high - part)) + (rest - part)
     return high
 
 
 def add_exactly(highs: list[float], lows: list[float], at: int, value: float, totals: list[int]) -> None:
     """`value` added to the pair of doubles at `at` of `highs` and `lows`, whose sum stays exact
-    (each step a two-sum, as in `fsum_of`): where the pair cannot hold the new sum, it goes into
-    `totals[at]` (a whole number of 2**-1074) and `value` starts it again. The caller adds what the
-    pair holds in the end. A pair costs a few additions where a whole number of 2**-1074 (some 1,100
-    bits) costs an allocation."""
-    high, low = highs[at], lows[at]
+    (`_pair_plus`): where the pair cannot hold the new sum, it goes into `totals[at]` (a whole
+    number of 2**-1074) and `value` starts it again. The caller adds what the pair holds in the
+    end. A pair costs a few additions where a whole number of 2**-1074 (some 1,100 bits) costs an
+    allocation."""
+    high, low, held = _pair_plus(highs[at], lows[at], value)
+    if held:
+        highs[at], lows[at] = high, low
+    else:
+        totals[at] += exact(highs[at]) + exact(lows[at])
+        highs[at], lows[at] = value, 0.0
+
+
+def _pair_plus(high: float, low: float, value: float) -> tuple[float, float, bool]:
+    """The pair (`high`, `low`), whose sum is exact and `high` the nearest double to it, plus
+    `value`: the new pair, and whether it holds the sum exactly (if not, the pair given stands).
+    Each step is Knuth's two-sum, which IEEE arithmetic makes exact."""
+    # high + value = total + error, exactly.
     total = high + value
     part = total - high
     error = (high - (total - part)) + (value - part)
+    # low + error = rest + lost, exactly: the pair holds the sum only if nothing is lost.
     rest = low + error
     part = rest - low
     lost = (low - (rest - part)) + (error - part)
     if lost != 0.0:
-        totals[at] += exact(high) + exact(low)
-        highs[at], lows[at] = value, 0.0
-        return
-    high = total + rest
-    part = high - total
-    highs[at], lows[at] = high, (total - (high - part)) + (rest - part)
+        return high, low, False
+    # total + rest = the new high + low, exactly, high the nearest double to their sum.
+    sum_high = total + rest
+    part = sum_high - total
+    return sum_high, (total - (sum_high - part)) + (rest - part), True
 
 
 @dataclass
