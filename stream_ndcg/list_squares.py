@@ -94,11 +94,16 @@ def masked_dcgs(top: tuple[str | None, ...], mask: int, gains: dict[str, float],
     rank = 0
     while mask:
         doc = top[rank]
-        # A set bit is a judged document's place (`ListSquares` keeps the masks with the gains).
+        # A set bit is a judged document's place (`ListSquares` keeps the masks with the gains);
+        # its gain is read as `list_dcgs` reads it all the same.
         if mask & 1 and doc is not None:
-            terms[judged] = gains[doc] * discounts[rank]
-            ranks[judged] = rank
-            judged += 1
+            gain = gains.get(doc)
+            if gain is not None:
+                term = gain * discounts[rank]
+                if term != 0.0:
+                    terms[judged] = term
+                    ranks[judged] = rank
+                    judged += 1
         mask >>= 1
         rank += 1
     _dcgs(terms, ranks, judged, layout.cutoffs, found)
