@@ -82,8 +82,9 @@ PURE_TESTS := $(patsubst %,tests/unit/test_%.py,differential properties moments 
 test-pure: venv
 	STREAM_NDCG_PURE=1 $(call pytest_tier,$(PURE_TESTS))
 
-# Against a real Kafka and Redis, started by the session fixtures; several minutes.
-test-integration: venv
+# Against a real Kafka and Redis, started by the session fixtures; several minutes. Helm renders
+# the chart whose rules and dashboard test_prometheus runs against a real Prometheus.
+test-integration: venv helm
 	$(call pytest_tier,tests/integration)
 
 test-deploy: venv helm checkov
