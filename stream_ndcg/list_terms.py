@@ -43,7 +43,7 @@ def _terms(score: Score, count: int) -> list[int]:
     return terms
 
 
-# What the owner of an index calls each list: the list itself, or a number.
+# What the owner of an index calls each list (`ListTerms`: the list itself).
 Key = TypeVar("Key", bound=Hashable)
 
 
