@@ -94,7 +94,8 @@ def test_a_late_judgment_moves_the_windows_that_hold_its_impressions(
     # Each batch asked the state cache for q's state (found there, or read back from Redis), and it holds it.
     assert sum(after[("stream_ndcg_state_cache_lookups_total", (("result", result),))]
                for result in ("hit", "miss")) >= 2
-    assert after[("stream_ndcg_state_cache_states", ())] == 1
+    # Only a claim (a rebalance, a recovery) empties it: the log says when one came.
+    assert after[("stream_ndcg_state_cache_states", ())] == 1, service.logs()[-5000:]
     assert service.stop() == 0
 
 

@@ -33,6 +33,9 @@ class SilentConsumer:
     def subscribe(self, topics: list[str], listener: Any) -> None:
         pass
 
+    def topics(self) -> set[str]:
+        return {"events"}
+
     def poll(self, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Any]]:
         return {}
 
