@@ -64,21 +64,10 @@ def list_dcgs(tops: Sequence[tuple[str | None, ...]], gains: dict[str, float], l
     terms = [0.0] * deepest
     ranks = [0] * deepest
     for top in tops:
-        judged = 0
+        judged = _nonzero_terms(top, (1 << min(len(top), deepest)) - 1, gains, discounts, terms, ranks)
         mask = 0
-        for rank in range(min(len(top), deepest)):
-            doc = top[rank]
-            if doc is None:
-                continue
-            gain = gains.get(doc)
-            if gain is None:
-                continue
-            term = gain * discounts[rank]
-            if term != 0.0:
-                terms[judged] = term
-                ranks[judged] = rank
-                judged += 1
-                mask |= 1 << rank
+        for i in range(judged):
+            mask |= 1 << ranks[i]
         masks.append(mask)
         _dcgs(terms, ranks, judged, layout.cutoffs, found)
     return found
@@ -89,13 +78,18 @@ def masked_dcgs(top: tuple[str | None, ...], mask: int, gains: dict[str, float],
     """One list's DCGs at each cut-off appended to `found`, read from the ranks its nonzero terms
     stand at (`mask`, as `list_dcgs` gives it) alone: the same numbers `list_dcgs` gives. `terms`
     and `ranks`: room for a term at each rank, written over."""
-    discounts = layout.discounts
+    judged = _nonzero_terms(top, mask, gains, layout.discounts, terms, ranks)
+    _dcgs(terms, ranks, judged, layout.cutoffs, found)
+
+
+def _nonzero_terms(top: tuple[str | None, ...], mask: int, gains: dict[str, float], discounts: tuple[float, ...],
+                   terms: list[float], ranks: list[int]) -> int:
+    """The nonzero terms (gain times discount) of `top` at the ranks `mask` sets (bit r: rank
+    r + 1), written into `terms` and their ranks (from 0, rising) into `ranks`; how many."""
     judged = 0
     rank = 0
     while mask:
         doc = top[rank]
-        # A set bit is a judged document's place (`ListSquares` keeps the masks with the gains);
-        # its gain is read as `list_dcgs` reads it all the same.
         if mask & 1 and doc is not None:
             gain = gains.get(doc)
             if gain is not None:
@@ -106,7 +100,7 @@ def masked_dcgs(top: tuple[str | None, ...], mask: int, gains: dict[str, float],
                     judged += 1
         mask >>= 1
         rank += 1
-    _dcgs(terms, ranks, judged, layout.cutoffs, found)
+    return judged
 
 
 def _dcgs(terms: list[float], ranks: list[int], judged: int, cutoffs: tuple[int, ...], found: list[float]) -> None:

@@ -15,8 +15,7 @@ is what was put in, and the sum, rounded once when asked for, is `list_sums`'s f
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Iterable, Mapping, Set
-from typing import Generic, TypeVar
+from collections.abc import Collection, Iterable, Mapping, Set
 
 from stream_ndcg.list_squares import INDEX_FROM
 from stream_ndcg.metric import Measure, score_list
@@ -43,48 +42,47 @@ def _terms(score: Score, count: int) -> list[int]:
     return terms
 
 
-# What the owner of an index calls each list (`ListTerms`: the list itself).
-Key = TypeVar("Key", bound=Hashable)
+# A ranked list, as a group holds it.
+Ranked = tuple[str, ...]
 
 
-class ListIndex(Generic[Key]):
-    """The lists of one group that show each document, by the key its owner gives each list, once
-    it holds `INDEX_FROM` lists.
+class ListIndex:
+    """The lists of one group that show each document, once it holds `INDEX_FROM` lists.
 
-    Each document's lists are a list, not a set: a list of a few keys takes far fewer bytes than a
-    set, and there is one per document a group shows. A key may stand twice in one (a list that
+    Each document's lists are a list, not a set: a list of a few lists takes far fewer bytes than
+    a set, and there is one per document a group shows. A list may stand twice in one (a list that
     repeats a document); `showing` gives each once."""
 
     __slots__ = ("index",)
 
     def __init__(self) -> None:
-        self.index: dict[str | None, list[Key]] | None = None
+        self.index: dict[str | None, list[Ranked]] | None = None
 
-    def added(self, key: Key, docs: Iterable[str | None]) -> None:
+    def added(self, ranked: Ranked, docs: Iterable[str | None]) -> None:
         """A list taken in, with the documents it shows."""
         index = self.index
         if index is not None:
             for doc in docs:
-                keys = index.get(doc)
-                if keys is None:
-                    index[doc] = [key]
+                held = index.get(doc)
+                if held is None:
+                    index[doc] = [ranked]
                 else:
-                    keys.append(key)
+                    held.append(ranked)
 
-    def showing(self, docs: Set[str], listed: Iterable[tuple[Key, Collection[str | None]]],
-                size: int) -> Collection[Key]:
-        """Those of the lists taken in that show any of `docs`: `listed` gives every one (its key and
-        documents, walked only until the index is made), `size` how many there are."""
+    def showing(self, docs: Set[str], listed: Iterable[tuple[Ranked, Collection[str | None]]],
+                size: int) -> Collection[Ranked]:
+        """Those of the lists taken in that show any of `docs`: `listed` gives every one (itself and
+        the documents it shows, walked only until the index is made), `size` how many there are."""
         if not docs:
             return ()
         if self.index is None:
             if size < INDEX_FROM:
-                return [key for key, shown in listed if not docs.isdisjoint(shown)]
+                return [ranked for ranked, shown in listed if not docs.isdisjoint(shown)]
             self.index = {}
-            for key, shown in listed:
-                self.added(key, shown)
+            for ranked, shown in listed:
+                self.added(ranked, shown)
         index = self.index
-        return {key for doc in docs if doc in index for key in index[doc]}
+        return {ranked for doc in docs if doc in index for ranked in index[doc]}
 
 
 class ListTerms:
@@ -98,7 +96,7 @@ class ListTerms:
         # list -> its score with the grades of the last `sync`
         self.scores: dict[tuple[str, ...], Score] = {}
         # Where the lists of `scores` show each document.
-        self.showing: ListIndex[tuple[str, ...]] = ListIndex()
+        self.showing = ListIndex()
         self.totals = [0] * (len(_FIELDS) * len(measure.cutoffs))
         # Impressions of lists taken since the last `sync`, not in `totals` yet.
         self.pending: dict[tuple[str, ...], int] = {}
