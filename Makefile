@@ -62,9 +62,10 @@ manifests: venv helm
 # leaves the long chaos run to `make chaos`; the simulation tier has its own target (minutes of CPU).
 # PYTEST_ARGS adds options: make test-unit PYTEST_ARGS=-x
 PYTEST_ARGS ?=
+# Each tier ends with its slowest tests (--durations), so that a run that grows says where.
 # pytest exits 5 when it collected nothing (a -k in PYTEST_ARGS that matches no test of a tier): not a failure.
 define pytest_tier
-$(BIN)/pytest -m "not slow" -rA $(PYTEST_ARGS) $(1); status=$$?; [ $$status -eq 5 ] || exit $$status
+$(BIN)/pytest -m "not slow" -rA --durations=15 --durations-min=5 $(PYTEST_ARGS) $(1); status=$$?; [ $$status -eq 5 ] || exit $$status
 endef
 
 test: lint docs
