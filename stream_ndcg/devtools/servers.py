@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -160,8 +161,9 @@ class LocalServer:
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         self.stop()
 
-    def stop(self) -> None:
-        stop_process(self.process)
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM, then SIGKILL after `timeout` seconds."""
+        stop_process(self.process, timeout=timeout)
         self.process = None
 
     def kill(self) -> None:
@@ -180,10 +182,13 @@ class LocalServers:
     """Several local servers that start and stop together (`nodes`); a context manager."""
 
     nodes: Sequence[LocalServer]
+    # How long each node is given to stop before it is killed.
+    stop_timeout_s = 20.0
 
     def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
+        # All at once: a node stopped after the others may wait for peers that are gone.
+        with ThreadPoolExecutor(max(1, len(self.nodes))) as pool:
+            list(pool.map(lambda node: node.stop(self.stop_timeout_s), self.nodes))
 
     def __enter__(self) -> Self:
         return self
@@ -338,6 +343,9 @@ class KafkaCluster(LocalServers):
     """
 
     nodes: list[KafkaBroker]
+    # A voter whose controlled shutdown waits for a quorum that is stopping with it: what the
+    # whole cluster stopping loses is nothing.
+    stop_timeout_s = 10.0
 
     @property
     def bootstrap(self) -> str:
