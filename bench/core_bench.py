@@ -10,12 +10,13 @@ the bench stops otherwise) and the pure one (`STREAM_NDCG_PURE=1`, the same inst
 run is timed in its process's CPU time, as events per CPU-second; the ratio of the medians is the
 compiled build's throughput over the pure one's, the baseline of the same run.
 
-A third process per round runs the pure build with its sums of squares cut out, as the squares
-bench's does (its cut patches the pure `ListSquares`, which a compiled native class refuses):
-the compiled pipeline with its squares over the pure one without them reads how much of issue
-#29's squares cost the compiled core pays back. It is not that target's reading, which is one
-build with and without its squares (section Squares: the squares bench compiles a copy with them
-cut out of its source, `cut_squares_source`).
+A third process per round runs the pure build with its squares step patched out (`cut_squares`:
+the pure `ListSquares`, which a compiled native class refuses; the engine still marks the groups'
+moments, so their sums are written as JSON objects): the compiled pipeline with its squares over
+the pure one without them reads how much of issue #29's squares cost the compiled core pays back.
+It is not that target's reading, which is one build with and without its squares (section
+Squares: the squares bench compiles copies, one with them cut out of its sources as a build
+without them would be, `cut_squares_source`).
 """
 
 from __future__ import annotations
@@ -59,8 +60,29 @@ def cut_squares() -> None:
 CUT_BODIES = {"sums": "return {}", "added": "return None"}
 
 
+# What a build without the squares would not do in the engine either: mark a group's sums as
+# holding them (`vocabulary.MOMENTS`), and take in again a group stored without that mark. With
+# the mark and no squares, a group's sums are no layout the stored format knows, and are written as
+# a JSON object (`compact_format.credited_text`), which costs less than the text a build without
+# the squares writes: the cut would charge the squares for the difference.
+ENGINE_CUTS = {
+    "            if (key in todo.groups or (todo.docs and any(doc in group.ranks for doc in todo.docs))\n"
+    "                    or (MOMENTS not in group.credited and group.lists_complete())):\n":
+    "            if key in todo.groups or (todo.docs and any(doc in group.ranks for doc in todo.docs)):\n",
+    "            totals[MOMENTS] = float(group.impressions)\n": "            pass\n",
+}
+
+
 def cut_squares_source(package_dir: Path) -> None:
-    """Cut the squares out of `package_dir`/list_squares.py as `cut_squares` does in a process."""
+    """Cut the squares out of `package_dir`'s sources, as a build without them would be: the
+    methods of `cut_squares` in list_squares.py, and the moments mark in engine.py (`ENGINE_CUTS`)."""
+    engine = package_dir / "engine.py"
+    text = engine.read_text()
+    for cut, replacement in ENGINE_CUTS.items():
+        if text.count(cut) != 1:
+            raise SystemExit(f"{engine}: the engine has not the line the cut replaces:\n{cut}")
+        text = text.replace(cut, replacement)
+    engine.write_text(text)
     path = package_dir / "list_squares.py"
     lines = path.read_text().splitlines(keepends=True)
     (squares,) = [node for node in ast.parse("".join(lines)).body

@@ -6,15 +6,17 @@ Writes the same workload (the service bench's) through this tree's batch pipelin
 (`harness.pipeline.Writer`: parse, load, engine, commit, on real Redis, without Kafka) with the
 squares kept and with them cut out, each run in a process of its own on a namespace of its own,
 under the pool ideal (the default; under the list ideal a list's squares come with the terms it is
-scored for anyway). Cut out, the engine's squares step (`ListSquares`) keeps none, so no square is
-found, stored or exported; the service has no such switch. Two pairs:
+scored for anyway). Cut out as a build without them would be (`core_bench.cut_squares_source`),
+the engine's squares step (`ListSquares`) keeps none, so no square is found, stored or exported,
+and the engine does not mark a group's sums as holding them (`vocabulary.MOMENTS`), so that the
+groups' sums are written in the stored layout a build without the squares writes; the service
+has no such switch. Two copies of this tree's package, compiled as setup.py compiles it
+(`harness.compiled_core`), one as it is and one with the cut written into its sources (a native
+class's methods cannot be replaced in a process), each run in two ways:
 
-- the compiled core, the build users run and the target's reading: two copies of this tree's
-  package compiled as setup.py compiles it (`harness.compiled_core`), one as it is and one with
-  the cut written into its `list_squares.py` (`core_bench.cut_squares_source`: a native class's
-  methods cannot be replaced in a process), each child checked to have loaded its copy's build;
-- the pure core (`STREAM_NDCG_PURE=1`, this tree's sources), what the replay falls back to, cut
-  in the child's process alone (`core_bench.cut_squares`).
+- the compiled core, the build users run and the target's reading, each child checked to have
+  loaded its copy's build;
+- the pure core (`STREAM_NDCG_PURE=1`: the copies' sources), what the replay falls back to.
 
 The four alternate round after round, the first of each round rotated. Each run is timed in its
 process's CPU time (what the wait for a CPU on a shared machine does not move), as events per
@@ -61,11 +63,11 @@ def main() -> int:
         for round_number in range(args.rounds):
             for name in names[round_number % 4:] + names[:round_number % 4]:
                 namespace = f"s{round_number}-{names.index(name)}"
-                if name in packages:
-                    rates[name].append(run(server.url, namespace, messages_file, name, packages[name],
-                                           cut_in_source=name == COMPILED_CUT))
-                else:
-                    rates[name].append(run(server.url, namespace, messages_file, name))
+                cut = name in (COMPILED_CUT, PURE_CUT)
+                package = packages[COMPILED_CUT if cut else COMPILED_KEPT]
+                # A pure run reads its copy's sources: the cut is the compiled one's, in the source.
+                variant = name if name in packages else PURE
+                rates[name].append(run(server.url, namespace, messages_file, variant, package, cut_in_source=cut))
     took, load_after = time.monotonic() - started, os.getloadavg()
     medians = {name: statistics.median(values) for name, values in rates.items()}
     ratio = medians[COMPILED_KEPT] / medians[COMPILED_CUT]
@@ -76,9 +78,10 @@ def main() -> int:
 
 `{command(__file__)}`, {stamp()}, redis-server on loopback: {args.events:,} events of the service
 bench's workload through this tree's batch pipeline (no Kafka), ideal pool, with the sums of
-squares kept and with them cut out, on the compiled core (two copies of the package compiled as
-setup.py does, one with the cut in its source) and on the pure one (`STREAM_NDCG_PURE=1`, cut in
-the child's process), {args.rounds} runs each, alternated, each in a process of its own, timed
+squares kept and with them cut out as a build without them would be (`core_bench.cut_squares_source`:
+the engine's squares step and its moments mark), on the compiled core (two copies of the package
+compiled as setup.py does, one with the cut in its source) and on the pure one (the same copies'
+sources, `STREAM_NDCG_PURE=1`), {args.rounds} runs each, alternated, each in a process of its own, timed
 in its CPU time, the collector tuned as the service tunes it. Load average (1 min)
 {load_before[0]:.1f} before, {load_after[0]:.1f} after; {took / 60:.1f} minutes in all, {built:.0f} s of it
 compiling the two copies.

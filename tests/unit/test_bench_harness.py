@@ -196,3 +196,24 @@ def test_memory_by_kind_and_anatomy_walk_the_same_keys_summed_by_the_kind_after_
     assert {kind: found.used for kind, found in taken_apart.items()} == memory_by_kind(walked, "svc")
     assert taken_apart["q"].keys == 2 and taken_apart["q"].over_listpack_value == 2
     assert taken_apart["q"].encodings == {"listpack": 2}
+
+
+def test_the_squares_cut_applies_to_this_trees_sources_as_a_build_without_them(tmp_path: Path) -> None:
+    # The squares bench's baseline: no squares step and no moments mark (whose absence keeps the
+    # groups' sums in the stored layout); a source it no longer fits stops the bench, not skews it.
+    from bench.core_bench import ENGINE_CUTS, cut_squares_source
+
+    package = Path(__file__).resolve().parents[2] / "stream_ndcg"
+    for name in ("engine.py", "list_squares.py"):
+        (tmp_path / name).write_text((package / name).read_text())
+    cut_squares_source(tmp_path)
+    engine = (tmp_path / "engine.py").read_text()
+    assert "totals[MOMENTS]" not in engine and "MOMENTS not in group.credited" not in engine
+    assert all(replacement in engine for replacement in ENGINE_CUTS.values())
+    squares = (tmp_path / "list_squares.py").read_text()
+    assert "        return {}\n" in squares and "        return None\n" in squares
+    compile(engine, "engine.py", "exec")
+    compile(squares, "list_squares.py", "exec")
+    # Cut already: the lines the cut replaces are not there.
+    with pytest.raises(SystemExit, match="has not the line the cut replaces"):
+        cut_squares_source(tmp_path)
