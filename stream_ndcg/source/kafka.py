@@ -9,7 +9,7 @@ kafka-python 3.0 faults this adapter works around (each seen in this project's t
 - a member assigns from a snapshot of its topics' partitions taken at the first metadata update
   after `subscribe`; a first poll that joins before that update (the broker answers at once once
   it has served a group) assigns from an empty snapshot, and the update a moment later makes the
-  member rejoin, so that every partition was revoked and claimed again after its first batches:
+  member rejoin, so that every partition is revoked and claimed again after its first batches:
   `subscribe` refreshes the metadata before it returns;
 - `on_partitions_assigned` is not always called after a rebalance (a second one right
   after joining, giving back the same partitions, left a group consuming nothing): the
