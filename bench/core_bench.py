@@ -62,9 +62,10 @@ CUT_BODIES = {"sums": "return {}", "added": "return None"}
 
 # What a build without the squares would not do in the engine either: mark a group's sums as
 # holding them (`vocabulary.MOMENTS`), and take in again a group stored without that mark. With
-# the mark and no squares, a group's sums are no layout the stored format knows, and are written as
-# a JSON object (`compact_format.credited_text`), which costs less than the text a build without
-# the squares writes: the cut would charge the squares for the difference.
+# the mark and no squares, a group's sums are no layout the stored format knows and are written as
+# a JSON object (`compact_format.credited_text`), and the mark is credited into every aggregate:
+# work a build without the squares does not do, which the baseline would count as its own and so
+# understate what the squares cost. (Each group still makes its `ListSquares`, which keeps nothing.)
 ENGINE_CUTS = {
     "            if (key in todo.groups or (todo.docs and any(doc in group.ranks for doc in todo.docs))\n"
     "                    or (MOMENTS not in group.credited and group.lists_complete())):\n":

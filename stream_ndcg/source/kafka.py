@@ -6,11 +6,12 @@ kafka-python 3.0 faults this adapter works around (each seen in this project's t
 - joining a group before the brokers know a topic's partitions gives an empty assignment
   and a second rebalance at once, a race a member can lose (it then waits for an
   assignment that never comes): `missing_topics` lets the processor wait for them first;
-- a member assigns from a snapshot of its topics' partitions taken at the first metadata update
-  after `subscribe`; a first poll that joins before that update (the broker answers at once once
-  it has served a group) assigns from an empty snapshot, and the update a moment later makes the
-  member rejoin, so that every partition is revoked and claimed again after its first batches:
-  `subscribe` refreshes the metadata before it returns;
+- a group's leader records the subscribed topics' partitions it assigned against as of the last
+  metadata update, which for the first join (the broker answers at once once it has served a
+  group) can be the one `missing_topics` made before `subscribe`, recording none; the update a
+  moment later differs from that record and makes the member rejoin, so that every partition is
+  revoked and claimed again after its first batches: `subscribe` refreshes the metadata before it
+  returns;
 - `on_partitions_assigned` is not always called after a rebalance (a second one right
   after joining, giving back the same partitions, left a group consuming nothing): the
   assignment is read from the consumer, the listener only reports revocations;
@@ -186,7 +187,10 @@ class KafkaSource:
             # Before the first poll joins the group (see the module docstring).
             self.consumer.topics()
         except KafkaError as exc:
-            # Only a rebalance more: the poll that follows says whether the brokers are gone.
+            # Only a rebalance more: the poll that follows says whether the brokers are gone. The
+            # failed refresh leaves kafka-python asking for every topic's metadata: this consumer
+            # needs its own topics' alone.
+            self.consumer._cluster.need_all_topic_metadata = False
             logger.info("topic metadata not refreshed before joining the group: %s", type(exc).__name__)
         self._last_records.clear()
         self._unstable_since = None

@@ -16,8 +16,8 @@ from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.kafka]
 
-# kafka-python asked for the subscribed topics' metadata about half a second after subscribing; a
-# member that joined first rejoined then.
+# kafka-python's metadata update comes about half a second after subscribing, and a member that
+# joined before it rejoins then: the wait covers it.
 SETTLE_S = 3.0
 
 

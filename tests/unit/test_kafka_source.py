@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from kafka import TopicPartition
-from kafka.errors import UnsupportedCodecError
+from kafka.errors import KafkaTimeoutError, UnsupportedCodecError
 from kafka.structs import MemberState
 
 from stream_ndcg.errors import BrokerUnavailable, ConsumerStalled, UndecodableRecords
@@ -153,3 +153,25 @@ def test_a_batch_without_its_codec_library_is_named_and_the_fetcher_unjammed() -
         "zstd", "events", 0, 7)
     assert "install the Python package zstandard" in str(raised.value)
     assert drained == [True]
+
+
+class UnrefreshedConsumer(SilentConsumer):
+    """Its metadata refresh times out, as kafka-python's does when the brokers go away, leaving the
+    cluster asking for every topic's metadata."""
+
+    def __init__(self) -> None:
+        super().__init__(end_offset=0)
+        self._cluster = SimpleNamespace(need_all_topic_metadata=False)
+
+    def topics(self) -> set[str]:
+        self._cluster.need_all_topic_metadata = True
+        raise KafkaTimeoutError("metadata")
+
+
+def test_a_metadata_refresh_that_fails_at_subscribe_is_said_and_undone(caplog: pytest.LogCaptureFixture) -> None:
+    consumer = UnrefreshedConsumer()
+    with caplog.at_level("INFO", logger="stream_ndcg.source.kafka"):
+        source = source_over(consumer)
+    assert "topic metadata not refreshed before joining the group: KafkaTimeoutError" in caplog.text
+    assert consumer._cluster.need_all_topic_metadata is False
+    assert source.poll(10, 10) == {}
