@@ -115,7 +115,12 @@ def wait_for_ready(check: str, ready: object, timeout: float, process: subproces
     raise RuntimeError(f"{check} not ready after {timeout:.0f}s; see {log}")
 
 
-def stop_process(process: subprocess.Popen[bytes] | None, pid: int | None = None, timeout: float = 20.0) -> None:
+# How long a server is given to stop on SIGTERM before it is killed.
+STOP_TIMEOUT_S = 20.0
+
+
+def stop_process(process: subprocess.Popen[bytes] | None, pid: int | None = None,
+                 timeout: float = STOP_TIMEOUT_S) -> None:
     """SIGTERM, then SIGKILL after `timeout`."""
     target = process.pid if process is not None else pid
     if target is None:
@@ -161,7 +166,7 @@ class LocalServer:
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         self.stop()
 
-    def stop(self, timeout: float = 20.0) -> None:
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM, then SIGKILL after `timeout` seconds."""
         stop_process(self.process, timeout=timeout)
         self.process = None
@@ -182,8 +187,7 @@ class LocalServers:
     """Several local servers that start and stop together (`nodes`); a context manager."""
 
     nodes: Sequence[LocalServer]
-    # How long each node is given to stop before it is killed.
-    stop_timeout_s = 20.0
+    stop_timeout_s = STOP_TIMEOUT_S
 
     def stop(self) -> None:
         # All at once: a node stopped after the others may wait for peers that are gone.
