@@ -25,7 +25,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from math import frexp, fsum
+from math import frexp, fsum, ldexp
 from typing import Final
 
 from stream_ndcg.vocabulary import segment_values
@@ -42,6 +42,10 @@ _GRID_BITS: Final = 1074
 _GRID: Final = 1 << _GRID_BITS
 # A double's significand, as a whole number: 53 bits.
 _SIGNIFICAND: Final = 9007199254740992.0
+# A whole number of 2**-1074 of at least this many bits stands for a normal double (2**52 of them is
+# 2**-1022); one of fewer bits than this is within a double's range once rounded (below 2**1023).
+_NORMAL_BITS: Final = 53
+_DOUBLE_BITS: Final = 1023
 
 
 def exact(value: float) -> int:
@@ -56,7 +60,12 @@ def exact(value: float) -> int:
 
 
 def rounded(total: int) -> float:
-    """The double nearest a whole number of 2**-1074 (int / int rounds correctly)."""
+    """The double nearest a whole number of 2**-1074 (int / int rounds correctly). Where that double
+    is normal and the whole number within a double's range, it is the whole number rounded to a
+    double (which `float` does correctly, half to even) and scaled, exactly: a division of numbers
+    of some 1,100 bits costs ten times more."""
+    if _NORMAL_BITS <= abs(total).bit_length() < _DOUBLE_BITS:
+        return ldexp(float(total), -_GRID_BITS)
     return total / _GRID
 
 

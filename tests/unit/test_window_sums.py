@@ -39,6 +39,24 @@ def test_exact_holds_at_the_ends_of_the_doubles() -> None:
         assert rounded(exact(value)) == value
 
 
+# Whole numbers of 2**-1074 of every size, those of a sum of doubles' halves (ties) among them, and
+# those at the ends of the scaled path (`rounded`): 53 bits (the least normal double) and 1,023.
+totals = st.one_of(
+    st.integers(-(2**1100), 2**1100),
+    st.builds(lambda bits, low, sign: sign * ((1 << bits) + low), st.integers(0, 1100), st.integers(0, 2**60),
+              st.sampled_from([1, -1])),
+    st.builds(lambda bits, sign: sign * ((1 << bits) | (1 << max(bits - 53, 0))), st.integers(0, 1100),
+              st.sampled_from([1, -1])),
+)
+
+
+@settings(max_examples=500)
+@given(totals)
+def test_a_total_is_rounded_as_its_exact_quotient_is(total: int) -> None:
+    # int / int rounds correctly; the scaled path must give the same double.
+    assert rounded(total) == total / 2**1074
+
+
 def test_a_total_of_many_is_rounded_once() -> None:
     parts = [0.1] * 10 + [1e16, -1e16]
     assert rounded(sum(exact(v) for v in parts)) == math.fsum(parts) != sum(parts)
