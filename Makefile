@@ -18,11 +18,13 @@ export HELM CHECKOV
 
 venv: $(STAMP)
 
-# The modules setup.py compiles with mypyc (stream_ndcg/core_build.py's COMPILED_MODULES; a unit test
-# checks that the two lists agree): an edit to one of them rebuilds the compiled core, which would
-# otherwise not run (an import compares each source with the digest its build recorded).
+# The modules setup.py compiles with mypyc and from C (stream_ndcg/core_build.py's COMPILED_MODULES
+# and NATIVE_MODULES; a unit test checks that the lists agree): an edit to one of them rebuilds the
+# compiled core, which would otherwise not run (an import compares each source with the digest its
+# build recorded).
 CORE_MODULES := vocabulary metric window_sums list_squares group_sums stored_lists list_terms rows windows engine
-CORE_SOURCES := $(patsubst %,stream_ndcg/%.py,$(CORE_MODULES))
+NATIVE_MODULES := squares_kernel
+CORE_SOURCES := $(patsubst %,stream_ndcg/%.py,$(CORE_MODULES)) $(patsubst %,stream_ndcg/%.c,$(NATIVE_MODULES))
 
 $(STAMP): pyproject.toml setup.py $(CORE_SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

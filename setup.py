@@ -1,14 +1,16 @@
 """The compiled core: mypyc compiles the pure core's typed modules where it can, pure Python otherwise.
 
 Everything else about the package is in pyproject.toml. The modules compiled are
-`stream_ndcg.core_build.COMPILED_MODULES`; beside them the build writes a digest of each source
-it compiled, which an import compares before it runs a compiled copy (core_build.choose).
+`stream_ndcg.core_build.COMPILED_MODULES` (by mypyc) and `NATIVE_MODULES` (from their C); beside
+them the build writes a digest of each source it compiled, which an import compares before it
+runs a compiled copy (core_build.choose).
 The install never fails for want of the compiled core: without mypy, a C compiler, or with
 STREAM_NDCG_PURE=1 at build time, it installs the Python sources alone and says why.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -16,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
@@ -48,10 +50,9 @@ def _remove_compiled_copies() -> None:
     """An editable install that builds no compiled core leaves none of an earlier build beside the
     sources: its digests would still match, and the variable asked for pure."""
     package_dir = HERE / "stream_ndcg"
-    for name in (*core_build.COMPILED_MODULES, "core__mypyc"):
-        for copy in package_dir.glob(f"{name}.*"):
-            if copy.suffix != ".py":
-                copy.unlink()
+    for name in (*core_build.BUILT_MODULES, "core__mypyc"):
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            (package_dir / f"{name}{suffix}").unlink(missing_ok=True)
     (package_dir / core_build.DIGESTS_FILE).unlink(missing_ok=True)
 
 
@@ -79,6 +80,7 @@ def _compiled_core() -> list[Any]:
     except BaseException as error:  # mypyc exits (SystemExit) on a type error; the install must go on
         _say(f"mypyc failed ({error!r}): the pure-Python core is installed alone")
         return []
+    extensions = [*extensions, *(Extension(**arguments) for arguments in core_build.native_extensions())]
     for extension in extensions:
         # A failed compile (no C compiler) skips the extension instead of failing the install.
         extension.optional = True
@@ -96,9 +98,7 @@ class BuildCompiledCore(build_ext):
         package_dir = Path(self.get_ext_fullpath(f"stream_ndcg.{core_build.COMPILED_MODULES[0]}")).parent
         digests = package_dir / core_build.DIGESTS_FILE
         if all(output.exists() for output in outputs):
-            source_dir = HERE / "stream_ndcg"
-            digests.write_text(json.dumps({name: core_build.source_digest(source_dir / f"{name}.py")
-                                           for name in core_build.COMPILED_MODULES}, indent=1) + "\n")
+            digests.write_text(json.dumps(core_build.source_digests(HERE / "stream_ndcg"), indent=1) + "\n")
             _say(f"compiled core built ({len(outputs)} extensions)")
             return
         # Some extension failed: what did build would run beside sources of another build.

@@ -1,8 +1,9 @@
 """Which build of the pure core runs: its modules compiled by mypyc, or their Python sources.
 
-`pip install` compiles `COMPILED_MODULES` with mypyc where it can (setup.py) and records a digest
-of each source it compiled in `DIGESTS_FILE` beside them. The package's `__init__` calls `select`
-before any of them is imported, and the Python sources run instead of the compiled copies when:
+`pip install` compiles `COMPILED_MODULES` with mypyc and `NATIVE_MODULES` from their C where it
+can (setup.py) and records a digest of each source it compiled in `DIGESTS_FILE` beside them. The
+package's `__init__` calls `select` before any of them is imported, and the Python sources run
+instead of the compiled copies when:
 
 - `STREAM_NDCG_PURE=1` asks for them (the pure engine stays the reference: tests run under both);
 - no compiled copy is installed (no C compiler, or the build failed: the install fell back);
@@ -10,7 +11,9 @@ before any of them is imported, and the Python sources run instead of the compil
   edited after the build would otherwise run the stale compiled copy; it says so on stderr.
 
 The compiled modules of one mypyc group call each other directly, so the whole set is switched
-together: a finder ahead of the others on `sys.meta_path` loads each of them from its `.py`.
+together: a finder ahead of the others on `sys.meta_path` loads each of them from its `.py`. A C
+module has no `.py`: the pure core's module it serves runs its own Python instead
+(`list_squares` and `squares_kernel`).
 
     build = core_build()
     build.core, build.reason  # ("pure", "STREAM_NDCG_PURE=1") or ("compiled", "")
@@ -29,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Literal
+from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
 
@@ -38,9 +41,15 @@ logger = logging.getLogger(__name__)
 # which a native class of this mypyc refuses (docs/installation.md says more).
 COMPILED_MODULES = ("vocabulary", "metric", "window_sums", "list_squares", "group_sums", "stored_lists",
                     "list_terms", "rows", "windows", "engine")
-# How setup.py compiles them: one mypyc group (its modules call each other directly), at -O3.
+# Modules of the compiled core written in C, each from its `.c` beside the package's sources: the
+# Python they stand for stays in the pure core's modules, which load them only when compiled.
+NATIVE_MODULES = ("squares_kernel",)
+BUILT_MODULES = COMPILED_MODULES + NATIVE_MODULES
+# How setup.py compiles them: the typed modules as one mypyc group (its modules call each other
+# directly), at -O3; the C modules with IEEE arithmetic as written (no fused multiply-adds).
 GROUP_NAME = "stream_ndcg.core"
 OPT_LEVEL = "3"
+NATIVE_COMPILE_ARGS = ("-O2", "-ffp-contract=off")
 PURE_VARIABLE = "STREAM_NDCG_PURE"
 DIGESTS_FILE = "compiled_sources.json"
 
@@ -65,9 +74,26 @@ def source_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def source_of(name: str) -> str:
+    """The file a module of the compiled core is built from."""
+    return f"{name}.c" if name in NATIVE_MODULES else f"{name}.py"
+
+
+def source_digests(package_dir: Path) -> dict[str, str]:
+    """What a build records beside the modules it compiled: each one's source's digest."""
+    return {name: source_digest(package_dir / source_of(name)) for name in BUILT_MODULES}
+
+
+def native_extensions() -> list[dict[str, Any]]:
+    """The arguments of a setuptools `Extension` for each of `NATIVE_MODULES`: what setup.py and the
+    benches' compiled copies build them with."""
+    return [{"name": f"{PACKAGE}.{name}", "sources": [f"{PACKAGE}/{name}.c"],
+             "extra_compile_args": list(NATIVE_COMPILE_ARGS)} for name in NATIVE_MODULES]
+
+
 def compiled_copies(package_dir: Path) -> list[Path]:
     """The compiled modules installed beside the sources (extension suffixes of this interpreter)."""
-    return [package_dir / f"{name}{suffix}" for name in COMPILED_MODULES
+    return [package_dir / f"{name}{suffix}" for name in BUILT_MODULES
             for suffix in importlib.machinery.EXTENSION_SUFFIXES if (package_dir / f"{name}{suffix}").exists()]
 
 
@@ -78,17 +104,16 @@ def choose(package_dir: Path, environ: Mapping[str, str]) -> CoreBuild:
     installed = compiled_copies(package_dir)
     if not installed:
         return CoreBuild("pure", "no compiled build installed")
-    if len(installed) != len(COMPILED_MODULES):
-        return CoreBuild("pure", f"compiled build incomplete: {len(installed)} of {len(COMPILED_MODULES)} modules")
+    if len(installed) != len(BUILT_MODULES):
+        return CoreBuild("pure", f"compiled build incomplete: {len(installed)} of {len(BUILT_MODULES)} modules")
     try:
         recorded = json.loads((package_dir / DIGESTS_FILE).read_text())
     except (OSError, ValueError):
         return CoreBuild("pure", f"{DIGESTS_FILE} missing or unreadable beside the compiled modules")
-    stale = [name for name in COMPILED_MODULES
-             if recorded.get(name) != source_digest(package_dir / f"{name}.py")]
+    stale = [name for name, digest in source_digests(package_dir).items() if recorded.get(name) != digest]
     if stale:
         return CoreBuild("pure", "compiled build stale, source changed since: "
-                         + ", ".join(f"{name}.py" for name in stale) + " (rebuild: pip install -e . or make venv)")
+                         + ", ".join(source_of(name) for name in stale) + " (rebuild: pip install -e . or make venv)")
     return CoreBuild("compiled")
 
 

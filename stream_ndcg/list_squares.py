@@ -29,9 +29,16 @@ import functools
 from collections.abc import Collection, Mapping, Sequence, Set
 from typing import Final, NamedTuple
 
+from stream_ndcg.core_build import core_build
 from stream_ndcg.metric import discount
 from stream_ndcg.vocabulary import dcg_squares_at
 from stream_ndcg.window_sums import add_exactly, exact, fsum_of, rounded
+
+# The compiled core scores and rescores lists in `squares_kernel` (C) where the deepest cut-off is
+# within its masks' 64 bits; the pure core, and deeper cut-offs, run the loops below.
+_NATIVE: Final = core_build().core == "compiled"
+if _NATIVE:
+    import stream_ndcg.squares_kernel as squares_kernel
 
 
 class _Layout(NamedTuple):
@@ -223,8 +230,13 @@ class ListSquares:
             # No document of the query is judged: every DCG is 0, and so is every square. Nothing is
             # kept of the lists: the query's first grade scores them all, as a group read afresh is.
             if self.totals is not None or self.layout.cutoffs != cutoffs or not self.found:
-                self._let_go(cutoffs)
-                self.found = dict.fromkeys(self.layout.names, 0.0)
+                if self.totals is not None:
+                    self._let_go(cutoffs)
+                else:
+                    # Nothing is kept of the lists before a first sum (most groups of a query
+                    # without grades): only the cut-offs to take.
+                    self.layout = _layout(cutoffs)
+                self.found = {name: 0.0 for name in self.layout.names}
             return self.found
         totals = self.totals
         if totals is None or self.layout.cutoffs != cutoffs:
@@ -258,6 +270,12 @@ class ListSquares:
         tops, dcgs, counts, masks, layout = self.tops, self.dcgs, self.counts, self.masks, self.layout
         discounts = layout.discounts
         depth = len(discounts)
+        if _NATIVE and depth <= squares_kernel.MAX_DEPTH:
+            if self.showing is None and len(tops) >= INDEX_FROM:
+                self.showing = {}
+                squares_kernel.index_lists(self.showing, tops, 0)
+            return squares_kernel.rescore(self.showing, tops, masks, dcgs, counts, moved, table, discounts,
+                                          layout.cutoffs, totals)
         stride = len(layout.cutoffs)
         changed = False
         scores: list[float] = []
@@ -321,6 +339,16 @@ class ListSquares:
         stride = len(layout.cutoffs)
         first_new = len(tops)
         pending, pending_counts, pending_plain = self.pending, self.pending_counts, self.pending_plain
+        if _NATIVE and depth <= squares_kernel.MAX_DEPTH:
+            changed = squares_kernel.take_pending(numbers, tops, counts, showing, pending, pending_counts,
+                                                  pending_plain, dcgs, depth, totals)
+            pending.clear()
+            pending_counts.clear()
+            pending_plain.clear()
+            if len(tops) > first_new:
+                changed = squares_kernel.score_new(tops, first_new, table, layout.discounts, layout.cutoffs,
+                                                   self.masks, dcgs, counts, totals) or changed
+            return changed
         changed = False
         for i in range(len(pending)):
             ranked = pending[i]

@@ -6,7 +6,7 @@ against the installed build when it changes the core's sources (the squares benc
 
     python -m bench.harness.compiled_core DIR      # compiles DIR/stream_ndcg in place (a worktree's own build)
 
-The same modules (`core_build.COMPILED_MODULES`), group and optimisation level as setup.py, and
+The same modules (`core_build.BUILT_MODULES`), group and optimisation level as setup.py, and
 its digests of the sources (`core_build.choose` runs a copy only if they match). It is built by
 mypyc's own entry point and a bare setuptools `Distribution`, not setup.py: pyproject.toml's
 metadata needs a newer setuptools than the venv may hold (`pip install` builds with its own, in
@@ -33,19 +33,20 @@ PACKAGE = "stream_ndcg"
 def build_in_place(root: Path) -> None:
     """Compile `root`/stream_ndcg's core beside its sources, with the digests of what it compiled."""
     from mypyc.build import mypycify
-    from setuptools import Distribution  # type: ignore[import-untyped]  # (the venv has no stubs for it)
+    from setuptools import Distribution, Extension  # type: ignore[import-untyped]  # (the venv has no stubs for it)
 
     os.chdir(root)
     extensions = mypycify([f"{PACKAGE}/{name}.py" for name in core_build.COMPILED_MODULES],
                           opt_level=core_build.OPT_LEVEL, group_name=core_build.GROUP_NAME)
-    distribution = Distribution({"name": "stream-ndcg-compiled-copy", "ext_modules": extensions})
+    distribution = Distribution({"name": "stream-ndcg-compiled-copy",
+                                 "ext_modules": [*extensions, *(Extension(**arguments)
+                                                                for arguments in core_build.native_extensions())]})
     command = distribution.get_command_obj("build_ext")
     command.inplace = True
     distribution.run_command("build_ext")
     package_dir = root / PACKAGE
-    (package_dir / core_build.DIGESTS_FILE).write_text(json.dumps(
-        {name: core_build.source_digest(package_dir / f"{name}.py") for name in core_build.COMPILED_MODULES},
-        indent=1) + "\n")
+    (package_dir / core_build.DIGESTS_FILE).write_text(json.dumps(core_build.source_digests(package_dir),
+                                                                  indent=1) + "\n")
 
 
 def compiled_copy(root: Path, edit: Callable[[Path], None] | None = None) -> Path:

@@ -18,8 +18,10 @@ import pytest
 
 from stream_ndcg import core_build as build_module
 from stream_ndcg.core_build import (
+    BUILT_MODULES,
     COMPILED_MODULES,
     DIGESTS_FILE,
+    NATIVE_MODULES,
     PACKAGE_DIR,
     PURE_VARIABLE,
     CoreBuild,
@@ -28,7 +30,8 @@ from stream_ndcg.core_build import (
     compiled_copies,
     core_build,
     select,
-    source_digest,
+    source_digests,
+    source_of,
 )
 
 COMPILED_INSTALLED = bool(compiled_copies(PACKAGE_DIR))
@@ -47,6 +50,9 @@ def test_the_modules_running_are_those_of_the_build_it_says() -> None:
             assert origin.endswith(f"{name}.py"), origin
         else:
             assert origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)), origin
+    # The pure core's list_squares runs its own loops; the compiled one loads the C kernel.
+    from stream_ndcg import list_squares
+    assert (build.core == "compiled") == hasattr(list_squares, "squares_kernel")
 
 
 def test_the_variable_selects_the_pure_build() -> None:
@@ -72,12 +78,11 @@ def test_where_the_compiled_build_is_installed_it_runs_unless_the_variable_says_
 
 def _package_copy(tmp_path: Path, digests: bool = True) -> Path:
     """The compiled set's sources, a stand-in for each compiled copy, and the build's digests."""
-    for name in COMPILED_MODULES:
-        shutil.copy(PACKAGE_DIR / f"{name}.py", tmp_path / f"{name}.py")
+    for name in BUILT_MODULES:
+        shutil.copy(PACKAGE_DIR / source_of(name), tmp_path / source_of(name))
         (tmp_path / f"{name}{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_bytes(b"")
     if digests:
-        (tmp_path / DIGESTS_FILE).write_text(json.dumps(
-            {name: source_digest(tmp_path / f"{name}.py") for name in COMPILED_MODULES}))
+        (tmp_path / DIGESTS_FILE).write_text(json.dumps(source_digests(tmp_path)))
     return tmp_path
 
 
@@ -96,6 +101,17 @@ def test_a_source_edited_after_the_build_makes_the_whole_set_run_pure(tmp_path: 
     assert "stale" in build.reason and "engine.py" in build.reason and "metric.py" not in build.reason
 
 
+def test_a_c_source_edited_after_the_build_makes_the_whole_set_run_pure(tmp_path: Path) -> None:
+    package = _package_copy(tmp_path)
+    (native,) = NATIVE_MODULES
+    with (package / f"{native}.c").open("a") as source:
+        source.write("\n/* an edit */\n")
+    build = choose(package, {})
+    assert build.core == "pure" and f"{native}.c" in build.reason and "engine.py" not in build.reason
+    (package / f"{native}{importlib.machinery.EXTENSION_SUFFIXES[0]}").unlink()
+    assert "incomplete" in choose(package, {}).reason
+
+
 def test_compiled_copies_without_their_digests_or_not_all_of_them_run_pure(tmp_path: Path) -> None:
     package = _package_copy(tmp_path, digests=False)
     assert choose(package, {}).core == "pure" and DIGESTS_FILE in choose(package, {}).reason
@@ -104,8 +120,8 @@ def test_compiled_copies_without_their_digests_or_not_all_of_them_run_pure(tmp_p
     (package / DIGESTS_FILE).unlink()
     _package_copy(package)
     (package / f"rows{importlib.machinery.EXTENSION_SUFFIXES[0]}").unlink()
-    assert choose(package, {}) == CoreBuild("pure", f"compiled build incomplete: {len(COMPILED_MODULES) - 1} "
-                                                    f"of {len(COMPILED_MODULES)} modules")
+    assert choose(package, {}) == CoreBuild("pure", f"compiled build incomplete: {len(BUILT_MODULES) - 1} "
+                                                    f"of {len(BUILT_MODULES)} modules")
 
 
 def test_a_package_without_compiled_copies_runs_pure(tmp_path: Path) -> None:
@@ -142,4 +158,6 @@ def test_the_makefile_rebuilds_the_venv_when_a_compiled_source_changes() -> None
     makefile = (PACKAGE_DIR.parent / "Makefile").read_text()
     (modules,) = [line.split(":=")[1].split() for line in makefile.splitlines() if line.startswith("CORE_MODULES :=")]
     assert tuple(modules) == COMPILED_MODULES
+    (native,) = [line.split(":=")[1].split() for line in makefile.splitlines() if line.startswith("NATIVE_MODULES :=")]
+    assert tuple(native) == NATIVE_MODULES
     assert "$(STAMP): pyproject.toml setup.py $(CORE_SOURCES)" in makefile
