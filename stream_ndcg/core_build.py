@@ -110,7 +110,11 @@ def choose(package_dir: Path, environ: Mapping[str, str]) -> CoreBuild:
         recorded = json.loads((package_dir / DIGESTS_FILE).read_text())
     except (OSError, ValueError):
         return CoreBuild("pure", f"{DIGESTS_FILE} missing or unreadable beside the compiled modules")
-    stale = [name for name, digest in source_digests(package_dir).items() if recorded.get(name) != digest]
+    try:
+        digests = source_digests(package_dir)
+    except OSError as error:
+        return CoreBuild("pure", f"a compiled module's source is missing ({error.filename})")
+    stale = [name for name, digest in digests.items() if recorded.get(name) != digest]
     if stale:
         return CoreBuild("pure", "compiled build stale, source changed since: "
                          + ", ".join(source_of(name) for name in stale) + " (rebuild: pip install -e . or make venv)")

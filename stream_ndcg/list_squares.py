@@ -26,6 +26,7 @@ Python sources staying the reference.
 from __future__ import annotations
 
 import functools
+from array import array
 from collections.abc import Collection, Mapping, Sequence, Set
 from typing import Final, NamedTuple
 
@@ -177,7 +178,7 @@ class ListSquares:
 
     Each list is known by a number, given in the order the lists came, and what is kept of it is
     found by that number: a list's tuple is hashed once per impression, never again for a
-    rescoring. The lists' DCGs stand in one list of floats, a list's at its number times the
+    rescoring. The lists' DCGs stand in one array of doubles, a list's at its number times the
     cut-offs, rather than in a tuple per list. Each list's nonzero terms' ranks are kept too (a
     mask), so that a moved grade rescores a list from the places it moved and those judged
     documents stand at, not from every place. The lists that show each document are walked in a
@@ -195,8 +196,9 @@ class ListSquares:
         self.tops: list[tuple[str | None, ...]] = []
         self.counts: list[int] = []
         self.masks: list[int] = []
-        # Each list's DCG at each cut-off with the gains of the last `sums` (by number, then cut-off).
-        self.dcgs: list[float] = []
+        # Each list's DCG at each cut-off with the gains of the last `sums` (by number, then cut-off):
+        # doubles side by side, 8 bytes each, where a list of floats holds an object of 32 for each.
+        self.dcgs: array[float] = array("d")
         # document -> the numbers of the lists that show it; None: not indexed yet.
         self.showing: dict[str | None, list[int]] | None = None
         # Per cut-off, the sum over the lists counted so far; None: nothing counted yet.
@@ -260,7 +262,7 @@ class ListSquares:
 
     def _let_go(self, cutoffs: tuple[int, ...]) -> None:
         """Everything kept of the lists dropped, to be scored afresh at `cutoffs`."""
-        self.numbers, self.tops, self.dcgs, self.counts, self.masks = {}, [], [], [], []
+        self.numbers, self.tops, self.dcgs, self.counts, self.masks = {}, [], array("d"), [], []
         self.showing, self.layout, self.totals = None, _layout(cutoffs), None
         self.pending, self.pending_counts, self.pending_plain = [], [], []
 

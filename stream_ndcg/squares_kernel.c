@@ -450,14 +450,30 @@ count_of(PyObject *counts, Py_ssize_t number, uint64_t *count)
 }
 
 static int
-check_lists(PyObject *tops, PyObject *masks, PyObject *dcgs, PyObject *counts, PyObject *totals, int stride)
+check_lists(PyObject *tops, PyObject *masks, PyObject *counts, PyObject *totals, int stride)
 {
-    if (!PyList_Check(tops) || !PyList_Check(masks) || !PyList_Check(dcgs) || !PyList_Check(counts)) {
-        PyErr_SetString(PyExc_TypeError, "squares_kernel: tops, masks, dcgs and counts must be lists");
+    if (!PyList_Check(tops) || !PyList_Check(masks) || !PyList_Check(counts)) {
+        PyErr_SetString(PyExc_TypeError, "squares_kernel: tops, masks and counts must be lists");
         return -1;
     }
     if (!PyList_Check(totals) || PyList_GET_SIZE(totals) != stride) {
         PyErr_SetString(PyExc_TypeError, "squares_kernel: totals must be a list of one integer per cut-off");
+        return -1;
+    }
+    return 0;
+}
+
+/* The lists' DCGs, an `array("d")`, as doubles in place (writable for a rescoring): its length
+ * cannot change until the view is released. -1 on an error. */
+static int
+dcgs_view(PyObject *dcgs, Py_buffer *view, int writable)
+{
+    if (PyObject_GetBuffer(dcgs, view, PyBUF_FORMAT | PyBUF_ND | (writable ? PyBUF_WRITABLE : 0)) < 0) {
+        return -1;
+    }
+    if (view->ndim != 1 || view->itemsize != sizeof(double) || view->format == NULL || strcmp(view->format, "d") != 0) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_TypeError, "squares_kernel: dcgs must be an array of doubles");
         return -1;
     }
     return 0;
@@ -477,6 +493,9 @@ finish(const Accumulator *accumulators, int stride, PyObject *totals)
     return 0;
 }
 
+static PyObject *score_into(Scoring *scoring, PyObject *tops, Py_ssize_t first, PyObject *masks, PyObject *counts,
+                           PyObject *totals, double *found_all);
+
 /* The lists of `tops` from `first` on scored (score_new's arguments, `scoring` made here). */
 static PyObject *
 score_lists(Scoring *scoring, PyObject *const *args)
@@ -487,16 +506,47 @@ score_lists(Scoring *scoring, PyObject *const *args)
         return NULL;
     }
     if (read_scoring(args[2], args[3], args[4], NULL, scoring) < 0
-            || check_lists(tops, masks, dcgs, counts, totals, scoring->stride) < 0) {
+            || check_lists(tops, masks, counts, totals, scoring->stride) < 0) {
         return NULL;
     }
+    if (first < 0 || first > PyList_GET_SIZE(tops)) {
+        PyErr_SetString(PyExc_IndexError, "squares_kernel: first is not a list's number");
+        return NULL;
+    }
+    /* The new lists' DCGs, appended to `dcgs` together at the end. */
+    Py_ssize_t new_lists = PyList_GET_SIZE(tops) - first;
+    double *found_all = PyMem_Malloc(sizeof(double) * (size_t)(new_lists * scoring->stride + 1));
+    if (found_all == NULL) {
+        return PyErr_NoMemory();
+    }
+    PyObject *result = score_into(scoring, tops, first, masks, counts, totals, found_all);
+    if (result != NULL) {
+        PyObject *packed = PyBytes_FromStringAndSize((const char *)found_all,
+                                                     (Py_ssize_t)sizeof(double) * new_lists * scoring->stride);
+        PyObject *done = packed == NULL ? NULL : PyObject_CallMethod(dcgs, "frombytes", "O", packed);
+        Py_XDECREF(packed);
+        if (done == NULL) {
+            Py_CLEAR(result);
+        }
+        Py_XDECREF(done);
+    }
+    PyMem_Free(found_all);
+    return result;
+}
+
+/* The body of score_lists: the new lists' DCGs into `found_all`, by list then cut-off. */
+static PyObject *
+score_into(Scoring *scoring, PyObject *tops, Py_ssize_t first, PyObject *masks, PyObject *counts, PyObject *totals,
+           double *found_all)
+{
     Accumulator accumulators[MAX_CUTOFFS];
     memset(accumulators, 0, sizeof(Accumulator) * (size_t)scoring->stride);
-    double terms[MAX_DEPTH], found[MAX_CUTOFFS];
+    double terms[MAX_DEPTH];
     int ranks[MAX_DEPTH];
     int changed = 0;
-    for (Py_ssize_t number = first < 0 ? 0 : first; number < PyList_GET_SIZE(tops); number++) {
+    for (Py_ssize_t number = first; number < PyList_GET_SIZE(tops); number++) {
         PyObject *top = PyList_GET_ITEM(tops, number);
+        double *found = found_all + (number - first) * scoring->stride;
         if (!PyTuple_Check(top)) {
             PyErr_SetString(PyExc_TypeError, "squares_kernel: a list must be a tuple");
             return NULL;
@@ -523,12 +573,6 @@ score_lists(Scoring *scoring, PyObject *const *args)
             return NULL;
         }
         for (int cut = 0; cut < scoring->stride; cut++) {
-            PyObject *value = PyFloat_FromDouble(found[cut]);
-            if (value == NULL || PyList_Append(dcgs, value) < 0) {
-                Py_XDECREF(value);
-                return NULL;
-            }
-            Py_DECREF(value);
             if (found[cut] != 0.0) {
                 if (accumulate(&accumulators[cut], found[cut] * found[cut], count, 0) < 0) {
                     return NULL;
@@ -546,13 +590,13 @@ score_lists(Scoring *scoring, PyObject *const *args)
 /* One list rescored after the moved documents' grades moved (rescore_lists' body, per list). With
  * `only_if_shown`, a list that shows none of them is left as it is. 0, or -1 on an error. */
 static int
-rescore_one(Scoring *scoring, Py_ssize_t number, PyObject *tops, PyObject *masks, PyObject *dcgs, PyObject *counts,
+rescore_one(Scoring *scoring, Py_ssize_t number, PyObject *tops, PyObject *masks, Py_buffer *dcgs, PyObject *counts,
             Accumulator *accumulators, int only_if_shown, int *changed)
 {
     double terms[MAX_DEPTH], found[MAX_CUTOFFS];
     int ranks[MAX_DEPTH];
     if (number < 0 || number >= PyList_GET_SIZE(tops) || number >= PyList_GET_SIZE(masks)
-            || (number + 1) * scoring->stride > PyList_GET_SIZE(dcgs)) {
+            || (Py_ssize_t)sizeof(double) * (number + 1) * scoring->stride > dcgs->len) {
         PyErr_SetString(PyExc_IndexError, "squares_kernel: a list number out of range");
         return -1;
     }
@@ -605,19 +649,11 @@ rescore_one(Scoring *scoring, Py_ssize_t number, PyObject *tops, PyObject *masks
     if (judged < 0 || dcgs_of(scoring, terms, ranks, judged, found) < 0 || count_of(counts, number, &count) < 0) {
         return -1;
     }
+    double *held_dcgs = (double *)dcgs->buf + number * scoring->stride;
     for (int cut = 0; cut < scoring->stride; cut++) {
-        Py_ssize_t at = number * scoring->stride + cut;
-        PyObject *held_dcg = PyList_GET_ITEM(dcgs, at);
-        double old = PyFloat_CheckExact(held_dcg) ? PyFloat_AS_DOUBLE(held_dcg) : PyFloat_AsDouble(held_dcg);
-        if (old == -1.0 && PyErr_Occurred()) {
-            return -1;
-        }
-        double new = found[cut];
+        double old = held_dcgs[cut], new = found[cut];
         if (old != new) {
-            PyObject *value = PyFloat_FromDouble(new);
-            if (value == NULL || PyList_SetItem(dcgs, at, value) < 0) {
-                return -1;
-            }
+            held_dcgs[cut] = new;
             *changed = 1;
             if (accumulate(&accumulators[cut], new * new, count, 0) < 0
                     || accumulate(&accumulators[cut], old * old, count, 1) < 0) {
@@ -628,6 +664,9 @@ rescore_one(Scoring *scoring, Py_ssize_t number, PyObject *tops, PyObject *masks
     return 0;
 }
 
+static PyObject *rescore_viewed(Scoring *scoring, PyObject *showing, PyObject *tops, PyObject *masks,
+                               Py_buffer *dcgs, PyObject *counts, PyObject *moved, PyObject *totals);
+
 /* The lists that show a moved document rescored (rescore's arguments, `scoring` made here): found
  * through the index where the group has one (`_showing`), each once, else by walking them all. */
 static PyObject *
@@ -636,13 +675,27 @@ rescore_lists(Scoring *scoring, PyObject *const *args)
     PyObject *showing = args[0], *tops = args[1], *masks = args[2], *dcgs = args[3], *counts = args[4];
     PyObject *moved = args[5], *totals = args[9];
     if (read_scoring(args[6], args[7], args[8], moved, scoring) < 0
-            || check_lists(tops, masks, dcgs, counts, totals, scoring->stride) < 0) {
+            || check_lists(tops, masks, counts, totals, scoring->stride) < 0) {
         return NULL;
     }
     if (showing != Py_None && !PyDict_Check(showing)) {
         PyErr_SetString(PyExc_TypeError, "squares_kernel: showing must be a dict or None");
         return NULL;
     }
+    Py_buffer view;
+    if (dcgs_view(dcgs, &view, 1) < 0) {
+        return NULL;
+    }
+    PyObject *result = rescore_viewed(scoring, showing, tops, masks, &view, counts, moved, totals);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* The body of rescore_lists, with the lists' DCGs in view. */
+static PyObject *
+rescore_viewed(Scoring *scoring, PyObject *showing, PyObject *tops, PyObject *masks, Py_buffer *dcgs,
+               PyObject *counts, PyObject *moved, PyObject *totals)
+{
     Accumulator accumulators[MAX_CUTOFFS];
     memset(accumulators, 0, sizeof(Accumulator) * (size_t)scoring->stride);
     int changed = 0;
@@ -824,6 +877,10 @@ index_lists(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
     Py_RETURN_NONE;
 }
 
+static PyObject *take_viewed(PyObject *numbers, PyObject *tops, PyObject *counts, PyObject *showing,
+                             PyObject *pending, PyObject *pending_counts, PyObject *pending_plain, Py_buffer *dcgs,
+                             Py_ssize_t depth, int stride, PyObject *totals);
+
 PyDoc_STRVAR(take_pending_doc,
 "take_pending(numbers, tops, counts, showing, pending, pending_counts, pending_plain, dcgs, depth, totals)\n"
 "-> bool\n\n"
@@ -849,7 +906,7 @@ take_pending(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     if (!PyDict_Check(numbers) || !PyList_Check(tops) || !PyList_Check(counts) || !PyList_Check(pending)
-            || !PyList_Check(pending_counts) || !PyList_Check(pending_plain) || !PyList_Check(dcgs)
+            || !PyList_Check(pending_counts) || !PyList_Check(pending_plain)
             || !PyList_Check(totals) || (showing != Py_None && !PyDict_Check(showing))) {
         PyErr_SetString(PyExc_TypeError, "squares_kernel: take_pending's containers are dicts and lists");
         return NULL;
@@ -861,6 +918,22 @@ take_pending(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_ValueError, "squares_kernel: take_pending's depth, totals or pending lists do not fit");
         return NULL;
     }
+    Py_buffer view;
+    if (dcgs_view(dcgs, &view, 0) < 0) {
+        return NULL;
+    }
+    PyObject *result = take_viewed(numbers, tops, counts, showing, pending, pending_counts, pending_plain, &view,
+                                   depth, stride, totals);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* The body of take_pending, with the lists' DCGs in view. */
+static PyObject *
+take_viewed(PyObject *numbers, PyObject *tops, PyObject *counts, PyObject *showing, PyObject *pending,
+            PyObject *pending_counts, PyObject *pending_plain, Py_buffer *dcgs, Py_ssize_t depth, int stride,
+            PyObject *totals)
+{
     Accumulator accumulators[MAX_CUTOFFS];
     memset(accumulators, 0, sizeof(Accumulator) * (size_t)stride);
     Py_ssize_t first_new = PyList_GET_SIZE(tops);
@@ -918,16 +991,13 @@ take_pending(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
             if (count == (unsigned long long)-1 && PyErr_Occurred()) {
                 return NULL;
             }
-            if ((held + 1) * stride > PyList_GET_SIZE(dcgs)) {
+            if ((Py_ssize_t)sizeof(double) * (held + 1) * stride > dcgs->len) {
                 PyErr_SetString(PyExc_IndexError, "squares_kernel: a list without its DCGs");
                 return NULL;
             }
+            const double *held_dcgs = (const double *)dcgs->buf + held * stride;
             for (int cut = 0; cut < stride; cut++) {
-                PyObject *held_dcg = PyList_GET_ITEM(dcgs, held * stride + cut);
-                double value = PyFloat_CheckExact(held_dcg) ? PyFloat_AS_DOUBLE(held_dcg) : PyFloat_AsDouble(held_dcg);
-                if (value == -1.0 && PyErr_Occurred()) {
-                    return NULL;
-                }
+                double value = held_dcgs[cut];
                 if (value != 0.0) {
                     if (accumulate(&accumulators[cut], value * value, count, 0) < 0) {
                         return NULL;

@@ -101,6 +101,14 @@ def test_a_source_edited_after_the_build_makes_the_whole_set_run_pure(tmp_path: 
     assert "stale" in build.reason and "engine.py" in build.reason and "metric.py" not in build.reason
 
 
+def test_a_build_installed_without_a_source_it_compiled_runs_pure(tmp_path: Path) -> None:
+    package = _package_copy(tmp_path)
+    (native,) = NATIVE_MODULES
+    (package / f"{native}.c").unlink()
+    build = choose(package, {})
+    assert build.core == "pure" and "missing" in build.reason and f"{native}.c" in build.reason
+
+
 def test_a_c_source_edited_after_the_build_makes_the_whole_set_run_pure(tmp_path: Path) -> None:
     package = _package_copy(tmp_path)
     (native,) = NATIVE_MODULES

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
+from array import array
 from types import ModuleType
 
 import pytest
@@ -96,11 +97,11 @@ def test_a_dcg_of_many_terms_is_their_fsum(terms: list[float]) -> None:
     assert squares_kernel is not None
     top = tuple(f"t{i}" for i in range(len(terms)))
     gains = dict(zip(top, terms, strict=True))
-    dcgs: list[float] = []
+    dcgs = array("d")
     totals = [0]
     squares_kernel.score_new([top], 0, gains, (1.0,) * 64, (64,), [], dcgs, [1], totals)
     expected = math.fsum(terms)
-    assert dcgs == [expected]
+    assert list(dcgs) == [expected]
     assert totals == [exact(expected * expected)]
 
 
@@ -108,11 +109,11 @@ def test_a_document_shown_at_two_ranks_in_one_call_is_discounted_at_each() -> No
     # The call's table of known documents holds a gain, never a term: each rank has its discount.
     assert squares_kernel is not None
     discounts = (1.0, 0.5, 0.25)
-    dcgs: list[float] = []
+    dcgs = array("d")
     totals = [0]
     squares_kernel.score_new([("a", "b"), ("b", "a"), ("x", "y", "a")], 0, {"a": 1.0, "b": 3.0}, discounts, (3,),
                              [], dcgs, [1, 1, 1], totals)
-    assert dcgs == [1.0 + 1.5, 3.0 + 0.5, 0.25]
+    assert list(dcgs) == [1.0 + 1.5, 3.0 + 0.5, 0.25]
     assert totals == [exact(2.5 * 2.5) + exact(3.5 * 3.5) + exact(0.25 * 0.25)]
 
 
@@ -124,23 +125,25 @@ def test_the_exact_sums_hold_subnormal_and_huge_squares_and_large_counts() -> No
     counts = [1, 3, (1 << 63) - 1, 7, 1 << 40, 2]
     totals = [5]
     masks: list[int] = []
-    dcgs: list[float] = []
+    dcgs = array("d")
     assert squares_kernel.score_new(tops, 0, gains, (1.0,), (1,), masks, dcgs, counts, totals)
     assert totals == [5 + sum(count * exact(value * value) for count, value in zip(counts, values, strict=True))]
-    assert masks == [1] * len(values) and dcgs == values
+    assert masks == [1] * len(values) and list(dcgs) == values
     # Every grade gone: the rescoring takes each square back out, to the total it started from.
     assert squares_kernel.rescore(None, tops, masks, dcgs, counts, set(gains), {}, (1.0,), (1,), totals)
-    assert totals == [5] and masks == [0] * len(values) and dcgs == [0.0] * len(values)
+    assert totals == [5] and masks == [0] * len(values) and list(dcgs) == [0.0] * len(values)
 
 
 def test_wrong_arguments_are_refused_not_read() -> None:
     assert squares_kernel is not None
     with pytest.raises(TypeError):
-        squares_kernel.score_new([("a",)], 0, {"a": 1.0}, (1.0,), (1,), [], [], [1], [0, 0])
+        squares_kernel.score_new([("a",)], 0, {"a": 1.0}, (1.0,), (1,), [], array("d"), [1], [0, 0])
     with pytest.raises(ValueError, match="MAX_DEPTH"):
-        squares_kernel.score_new([], 0, {}, (1.0,) * (squares_kernel.MAX_DEPTH + 1), (1,), [], [], [], [0])
+        squares_kernel.score_new([], 0, {}, (1.0,) * (squares_kernel.MAX_DEPTH + 1), (1,), [], array("d"), [], [0])
     with pytest.raises(IndexError):
-        squares_kernel.rescore({"a": [3]}, [("a",)], [1], [1.0], [1], {"a"}, {"a": 2.0}, (1.0,), (1,), [0])
+        squares_kernel.rescore({"a": [3]}, [("a",)], [1], array("d", [1.0]), [1], {"a"}, {"a": 2.0}, (1.0,), (1,), [0])
+    with pytest.raises(TypeError, match="array of doubles"):
+        squares_kernel.rescore(None, [("a",)], [1], array("f", [1.0]), [1], {"a"}, {"a": 2.0}, (1.0,), (1,), [0])
     # A square past the doubles' range: refused as `window_sums.exact` refuses it.
     with pytest.raises(OverflowError):
-        squares_kernel.score_new([("a",)], 0, {"a": 1e200}, (1.0,), (1,), [], [], [1], [0])
+        squares_kernel.score_new([("a",)], 0, {"a": 1e200}, (1.0,), (1,), [], array("d"), [1], [0])
