@@ -60,8 +60,12 @@ accumulate(Accumulator *acc, double square, uint64_t count, int negative)
         significand >>= -shift;
         shift = 0;
     }
-    unsigned __int128 product = (unsigned __int128)significand * count;
-    uint64_t low = (uint64_t)product, high = (uint64_t)(product >> 64);
+    /* significand * count as two words, from 32-bit halves (C has no wider type everywhere). */
+    uint64_t s0 = significand & 0xffffffffu, s1 = significand >> 32, c0 = count & 0xffffffffu, c1 = count >> 32;
+    uint64_t p00 = s0 * c0, p01 = s0 * c1, p10 = s1 * c0;
+    uint64_t middle = (p00 >> 32) + (p01 & 0xffffffffu) + (p10 & 0xffffffffu);
+    uint64_t low = (middle << 32) | (p00 & 0xffffffffu);
+    uint64_t high = s1 * c1 + (p01 >> 32) + (p10 >> 32) + (middle >> 32);
     int at = shift / 64, bit = shift % 64;
     uint64_t words[3];
     words[0] = low << bit;
@@ -483,6 +487,10 @@ dcgs_view(PyObject *dcgs, Py_buffer *view, int writable)
 static int
 finish(const Accumulator *accumulators, int stride, PyObject *totals)
 {
+    if (PyList_GET_SIZE(totals) != stride) {
+        PyErr_SetString(PyExc_RuntimeError, "squares_kernel: totals changed size during the call");
+        return -1;
+    }
     for (int cut = 0; cut < stride; cut++) {
         /* The list's reference to the old total moves to the new one. */
         PyObject **slot = &((PyListObject *)totals)->ob_item[cut];
@@ -493,10 +501,12 @@ finish(const Accumulator *accumulators, int stride, PyObject *totals)
     return 0;
 }
 
-static PyObject *score_into(Scoring *scoring, PyObject *tops, Py_ssize_t first, PyObject *masks, PyObject *counts,
-                           PyObject *totals, double *found_all);
+static int score_into(Scoring *scoring, PyObject *tops, Py_ssize_t first, Py_ssize_t new_lists, PyObject *counts,
+                      double *found_all, uint64_t *masks_all, Accumulator *accumulators);
 
-/* The lists of `tops` from `first` on scored (score_new's arguments, `scoring` made here). */
+/* The lists of `tops` from `first` on scored (score_new's arguments, `scoring` made here). The new
+ * lists' DCGs and masks are appended once all are scored, and the totals moved last, so that a
+ * failure leaves the totals as they were. */
 static PyObject *
 score_lists(Scoring *scoring, PyObject *const *args)
 {
@@ -513,78 +523,88 @@ score_lists(Scoring *scoring, PyObject *const *args)
         PyErr_SetString(PyExc_IndexError, "squares_kernel: first is not a list's number");
         return NULL;
     }
-    /* The new lists' DCGs, appended to `dcgs` together at the end. */
     Py_ssize_t new_lists = PyList_GET_SIZE(tops) - first;
     double *found_all = PyMem_Malloc(sizeof(double) * (size_t)(new_lists * scoring->stride + 1));
-    if (found_all == NULL) {
-        return PyErr_NoMemory();
+    uint64_t *masks_all = PyMem_Malloc(sizeof(uint64_t) * (size_t)(new_lists + 1));
+    Accumulator accumulators[MAX_CUTOFFS];
+    memset(accumulators, 0, sizeof(Accumulator) * (size_t)scoring->stride);
+    int changed = -1;
+    if (found_all == NULL || masks_all == NULL) {
+        PyErr_NoMemory();
     }
-    PyObject *result = score_into(scoring, tops, first, masks, counts, totals, found_all);
-    if (result != NULL) {
+    else {
+        changed = score_into(scoring, tops, first, new_lists, counts, found_all, masks_all, accumulators);
+    }
+    if (changed >= 0) {
         PyObject *packed = PyBytes_FromStringAndSize((const char *)found_all,
                                                      (Py_ssize_t)sizeof(double) * new_lists * scoring->stride);
         PyObject *done = packed == NULL ? NULL : PyObject_CallMethod(dcgs, "frombytes", "O", packed);
         Py_XDECREF(packed);
-        if (done == NULL) {
-            Py_CLEAR(result);
-        }
+        changed = done == NULL ? -1 : changed;
         Py_XDECREF(done);
     }
+    for (Py_ssize_t i = 0; changed >= 0 && i < new_lists; i++) {
+        PyObject *mask = PyLong_FromUnsignedLongLong(masks_all[i]);
+        if (mask == NULL || PyList_Append(masks, mask) < 0) {
+            changed = -1;
+        }
+        Py_XDECREF(mask);
+    }
     PyMem_Free(found_all);
-    return result;
+    PyMem_Free(masks_all);
+    if (changed < 0 || finish(accumulators, scoring->stride, totals) < 0) {
+        return NULL;
+    }
+    return PyBool_FromLong(changed);
 }
 
-/* The body of score_lists: the new lists' DCGs into `found_all`, by list then cut-off. */
-static PyObject *
-score_into(Scoring *scoring, PyObject *tops, Py_ssize_t first, PyObject *masks, PyObject *counts, PyObject *totals,
-           double *found_all)
+/* The body of score_lists: each new list's DCGs into `found_all` (by list, then cut-off), its mask
+ * into `masks_all`, its squares into the accumulators. Whether a sum moved, or -1 on an error. */
+static int
+score_into(Scoring *scoring, PyObject *tops, Py_ssize_t first, Py_ssize_t new_lists, PyObject *counts,
+           double *found_all, uint64_t *masks_all, Accumulator *accumulators)
 {
-    Accumulator accumulators[MAX_CUTOFFS];
-    memset(accumulators, 0, sizeof(Accumulator) * (size_t)scoring->stride);
     double terms[MAX_DEPTH];
     int ranks[MAX_DEPTH];
     int changed = 0;
-    for (Py_ssize_t number = first; number < PyList_GET_SIZE(tops); number++) {
+    for (Py_ssize_t i = 0; i < new_lists; i++) {
+        Py_ssize_t number = first + i;
+        if (number >= PyList_GET_SIZE(tops)) {
+            PyErr_SetString(PyExc_RuntimeError, "squares_kernel: tops changed size during the call");
+            return -1;
+        }
         PyObject *top = PyList_GET_ITEM(tops, number);
-        double *found = found_all + (number - first) * scoring->stride;
+        double *found = found_all + i * scoring->stride;
         if (!PyTuple_Check(top)) {
             PyErr_SetString(PyExc_TypeError, "squares_kernel: a list must be a tuple");
-            return NULL;
+            return -1;
         }
         Py_ssize_t length = PyTuple_GET_SIZE(top);
         int shown = length < scoring->depth ? (int)length : scoring->depth;
         uint64_t every = shown == 64 ? UINT64_MAX : (((uint64_t)1 << shown) - 1);
         int judged = nonzero_terms(scoring, top, every, terms, ranks);
         if (judged < 0) {
-            return NULL;
+            return -1;
         }
         uint64_t mask = 0;
-        for (int i = 0; i < judged; i++) {
-            mask |= (uint64_t)1 << ranks[i];
+        for (int j = 0; j < judged; j++) {
+            mask |= (uint64_t)1 << ranks[j];
         }
-        PyObject *mask_object = PyLong_FromUnsignedLongLong(mask);
-        if (mask_object == NULL || PyList_Append(masks, mask_object) < 0) {
-            Py_XDECREF(mask_object);
-            return NULL;
-        }
-        Py_DECREF(mask_object);
+        masks_all[i] = mask;
         uint64_t count;
         if (dcgs_of(scoring, terms, ranks, judged, found) < 0 || count_of(counts, number, &count) < 0) {
-            return NULL;
+            return -1;
         }
         for (int cut = 0; cut < scoring->stride; cut++) {
             if (found[cut] != 0.0) {
                 if (accumulate(&accumulators[cut], found[cut] * found[cut], count, 0) < 0) {
-                    return NULL;
+                    return -1;
                 }
                 changed = 1;
             }
         }
     }
-    if (finish(accumulators, scoring->stride, totals) < 0) {
-        return NULL;
-    }
-    return PyBool_FromLong(changed);
+    return changed;
 }
 
 /* One list rescored after the moved documents' grades moved (rescore_lists' body, per list). With

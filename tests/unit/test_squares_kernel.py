@@ -61,21 +61,25 @@ def _state(squares: object) -> tuple[object, ...]:
 
 @settings(max_examples=300, deadline=None)
 @given(CUTOFFS, st.lists(st.tuples(st.lists(st.tuples(RANKED, COUNT), max_size=20),
-                                   st.dictionaries(st.sampled_from(DOCS), st.one_of(st.none(), GAIN), max_size=4)),
+                                   st.dictionaries(st.sampled_from(DOCS), st.one_of(st.none(), GAIN), max_size=4),
+                                   st.booleans()),
                          min_size=1, max_size=6))
 def test_the_kernel_keeps_what_the_python_loops_keep(
-        cutoffs: tuple[int, ...], rounds: list[tuple[list[tuple[tuple[str, ...], int]], dict[str, float | None]]]
-) -> None:
+        cutoffs: tuple[int, ...],
+        rounds: list[tuple[list[tuple[tuple[str, ...], int]], dict[str, float | None], bool]]) -> None:
+    # Each round: lists taken, grades moved, and whether the lists that repeat no document are told
+    # so (as the engine tells of those it knows: they are not looked at for repeats).
     assert KERNEL is not None and LOOPS is not None
     with_kernel, with_loops = KERNEL.ListSquares(), LOOPS.ListSquares()
     gains: dict[str, float] = {"d0": 1.0}
     lists: dict[tuple[str, ...], int] = {}
     for squares in (with_kernel, with_loops):
         squares.sums(lists, gains, cutoffs, set())
-    for taken, moves in rounds:
+    for taken, moves, told in rounds:
         for ranked, count in taken:
+            plain = told and len(set(ranked)) == len(ranked)
             for squares in (with_kernel, with_loops):
-                squares.added(ranked, count)
+                squares.added(ranked, count, plain)
             lists[ranked] = lists.get(ranked, 0) + count
         before = {doc: gains.get(doc) for doc in moves}
         for doc, gain in moves.items():
