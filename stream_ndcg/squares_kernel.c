@@ -453,6 +453,17 @@ count_of(PyObject *counts, Py_ssize_t number, uint64_t *count)
     return 0;
 }
 
+/* Whether a function was given other than its `expected` number of arguments (then TypeError). */
+static int
+wrong_count(const char *name, Py_ssize_t nargs, Py_ssize_t expected)
+{
+    if (nargs == expected) {
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, expected, nargs);
+    return 1;
+}
+
 static int
 check_lists(PyObject *tops, PyObject *masks, PyObject *counts, PyObject *totals, int stride)
 {
@@ -871,8 +882,7 @@ PyDoc_STRVAR(index_lists_doc,
 static PyObject *
 index_lists(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "index_lists takes 3 arguments");
+    if (wrong_count("index_lists", nargs, 3)) {
         return NULL;
     }
     PyObject *showing = args[0], *tops = args[1];
@@ -914,8 +924,7 @@ PyDoc_STRVAR(take_pending_doc,
 static PyObject *
 take_pending(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "take_pending takes 10 arguments");
+    if (wrong_count("take_pending", nargs, 10)) {
         return NULL;
     }
     PyObject *numbers = args[0], *tops = args[1], *counts = args[2], *showing = args[3];
@@ -1072,8 +1081,7 @@ PyDoc_STRVAR(score_new_doc,
 static PyObject *
 score_new(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "score_new takes 9 arguments");
+    if (wrong_count("score_new", nargs, 9)) {
         return NULL;
     }
     return with_scoring(score_lists, args);
@@ -1090,8 +1098,7 @@ PyDoc_STRVAR(rescore_doc,
 static PyObject *
 rescore(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "rescore takes 10 arguments");
+    if (wrong_count("rescore", nargs, 10)) {
         return NULL;
     }
     return with_scoring(rescore_lists, args);

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from stream_ndcg.list_squares import ListSquares
 from stream_ndcg.metric import discount
 from stream_ndcg.vocabulary import dcg_squares_at
+from tests.support.grades import move_grades
 
 
 def squares_scored_afresh(lists: dict[tuple[str, ...], int], gains: dict[str, float], k: int) -> float:
@@ -82,12 +83,7 @@ def test_the_squares_kept_through_lists_and_moved_grades_equal_the_lists_scored_
         for ranked, count in taken * 2:
             squares.added(ranked, count, told and len(set(ranked)) == len(ranked))
             lists[ranked] = lists.get(ranked, 0) + count
-        before = {doc: gains.get(doc) for doc in moves}
-        for doc, gain in moves.items():
-            if gain is None:
-                gains.pop(doc, None)
-            else:
-                gains[doc] = gain
+        before = move_grades(gains, moves)
         found = squares.sums(lists, dict(gains), cutoffs, set(moves), before)
         assert found == {dcg_squares_at(k): squares_scored_afresh(lists, gains, k) for k in cutoffs}
 

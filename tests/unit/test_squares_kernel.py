@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from stream_ndcg import core_build
 from stream_ndcg.window_sums import exact
+from tests.support.grades import move_grades
 
 try:
     from stream_ndcg import squares_kernel
@@ -81,12 +82,7 @@ def test_the_kernel_keeps_what_the_python_loops_keep(
             for squares in (with_kernel, with_loops):
                 squares.added(ranked, count, plain)
             lists[ranked] = lists.get(ranked, 0) + count
-        before = {doc: gains.get(doc) for doc in moves}
-        for doc, gain in moves.items():
-            if gain is None:
-                gains.pop(doc, None)
-            else:
-                gains[doc] = gain
+        before = move_grades(gains, moves)
         found = [squares.sums(lists, dict(gains), cutoffs, set(moves), before)
                  for squares in (with_kernel, with_loops)]
         assert found[0] == found[1]
