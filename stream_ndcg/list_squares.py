@@ -18,9 +18,11 @@ nothing, the exact square of a DCG is found once for all the lists that score it
 a query with few judgments most lists score one of a few sums), and a DCG's fsum and what a
 batch's rescorings move a sum by are found in pairs of doubles that hold them exactly
 (`window_sums.fsum_of`, `window_sums.add_exactly`) rather than in calls and whole numbers of
-some 1,100 bits. The compiled core (mypyc) runs this module as C, where typed loops over lists of
-floats and ints pay and calls through `map` or `operator` do not: it is written for that, the
-Python sources staying the reference.
+some 1,100 bits. The compiled core runs the loops that score, rescore and take in lists in C
+(`squares_kernel.c`: the terms and DCGs as doubles, each square added into a fixed-point
+accumulator, a document's gain looked up once per call), where the deepest cut-off is at most 64;
+the loops below are its reference, run by the pure core (and, compiled by mypyc, for deeper
+cut-offs), and a unit test holds the two equal to the last bit.
 """
 
 from __future__ import annotations
