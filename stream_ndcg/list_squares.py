@@ -37,8 +37,7 @@ from stream_ndcg.metric import discount
 from stream_ndcg.vocabulary import dcg_squares_at
 from stream_ndcg.window_sums import add_exactly, exact, fsum_of, rounded
 
-# The compiled core scores and rescores lists in `squares_kernel` (C) where the deepest cut-off is
-# within its masks' 64 bits; the pure core, and deeper cut-offs, run the loops below.
+# Whether the loops run in `squares_kernel` (C): on the compiled core, within its masks' 64 ranks.
 _NATIVE: Final = core_build().core == "compiled"
 if _NATIVE:
     import stream_ndcg.squares_kernel as squares_kernel
@@ -236,9 +235,7 @@ class ListSquares:
             if self.totals is not None or self.layout.cutoffs != cutoffs or not self.found:
                 if self.totals is not None:
                     self._let_go(cutoffs)
-                else:
-                    # Nothing is kept of the lists before a first sum (most groups of a query
-                    # without grades): only the cut-offs to take.
+                else:  # nothing is kept before a first sum (most groups of a query without grades)
                     self.layout = _layout(cutoffs)
                 self.found = {name: 0.0 for name in self.layout.names}
             return self.found
@@ -346,9 +343,7 @@ class ListSquares:
         if _NATIVE and depth <= squares_kernel.MAX_DEPTH:
             changed = squares_kernel.take_pending(numbers, tops, counts, showing, pending, pending_counts,
                                                   pending_plain, dcgs, depth, totals)
-            pending.clear()
-            pending_counts.clear()
-            pending_plain.clear()
+            self.pending, self.pending_counts, self.pending_plain = [], [], []
             if len(tops) > first_new:
                 changed = squares_kernel.score_new(tops, first_new, table, layout.discounts, layout.cutoffs,
                                                    self.masks, dcgs, counts, totals) or changed
@@ -375,9 +370,7 @@ class ListSquares:
                     if value != 0.0:
                         totals[cut] += count * _square(value)
                         changed = True
-        pending.clear()
-        pending_counts.clear()
-        pending_plain.clear()
+        self.pending, self.pending_counts, self.pending_plain = [], [], []
         if len(tops) > first_new:
             scores = list_dcgs(tops[first_new:], table, layout, self.masks)
             dcgs.extend(scores)
