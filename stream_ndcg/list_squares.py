@@ -274,7 +274,7 @@ class ListSquares:
         if _NATIVE and depth <= squares_kernel.MAX_DEPTH:
             if self.showing is None and len(tops) >= INDEX_FROM:
                 self.showing = {}
-                squares_kernel.index_lists(self.showing, tops, 0)
+                squares_kernel.index_lists(self.showing, tops)
             return squares_kernel.rescore(self.showing, tops, masks, dcgs, counts, moved, table, discounts,
                                           layout.cutoffs, totals)
         stride = len(layout.cutoffs)

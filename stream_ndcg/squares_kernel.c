@@ -354,27 +354,25 @@ term_of(Scoring *scoring, PyObject *doc, int rank, double *term)
     if (doc == Py_None) {
         return 0;
     }
+    /* Once the call's table is full, a document is known for this look-up alone. */
+    Known once = {doc, 0.0, -1, -1};
     Known *known = known_of(scoring, doc);
-    if (known == NULL || known->judged < 0) {
+    if (known == NULL) {
+        known = &once;
+    }
+    if (known->judged < 0) {
         PyObject *gain = PyDict_GetItemWithError(scoring->gains, doc);
-        double value = 0.0;
-        if (gain == NULL) {
-            if (PyErr_Occurred()) {
-                return -1;
-            }
-        }
-        else {
-            value = PyFloat_CheckExact(gain) ? PyFloat_AS_DOUBLE(gain) : PyFloat_AsDouble(gain);
-            if (value == -1.0 && PyErr_Occurred()) {
-                return -1;
-            }
-        }
-        if (known == NULL) {
-            *term = gain == NULL ? 0.0 : value * scoring->discounts[rank];
-            return 0;
+        if (gain == NULL && PyErr_Occurred()) {
+            return -1;
         }
         known->judged = gain != NULL;
-        known->gain = value;
+        if (gain != NULL) {
+            known->gain = PyFloat_CheckExact(gain) ? PyFloat_AS_DOUBLE(gain) : PyFloat_AsDouble(gain);
+            if (known->gain == -1.0 && PyErr_Occurred()) {
+                known->judged = -1;
+                return -1;
+            }
+        }
     }
     if (known->judged) {
         *term = known->gain * scoring->discounts[rank];
@@ -785,14 +783,11 @@ rescore_viewed(Scoring *scoring, PyObject *showing, PyObject *tops, PyObject *ma
     return PyBool_FromLong(changed);
 }
 
-/* `top`'s documents added to the index of the lists that show each (`list_squares._index`). */
+/* `top`'s documents added to the index of the lists that show each (`list_squares._index`): its
+ * number is one object, in the list of each document it shows. */
 static int
-index_one(PyObject *showing, PyObject *top, Py_ssize_t number)
+index_one(PyObject *showing, PyObject *top, PyObject *number_object)
 {
-    PyObject *number_object = PyLong_FromSsize_t(number);
-    if (number_object == NULL) {
-        return -1;
-    }
     for (Py_ssize_t rank = 0; rank < PyTuple_GET_SIZE(top); rank++) {
         PyObject *doc = PyTuple_GET_ITEM(top, rank);
         if (doc == Py_None) {
@@ -816,11 +811,9 @@ index_one(PyObject *showing, PyObject *top, Py_ssize_t number)
             }
         }
         if (failed) {
-            Py_DECREF(number_object);
             return -1;
         }
     }
-    Py_DECREF(number_object);
     return 0;
 }
 
@@ -875,32 +868,31 @@ first_shown(PyObject *ranked, Py_ssize_t depth)
 }
 
 PyDoc_STRVAR(index_lists_doc,
-"index_lists(showing, tops, first) -> None\n\n"
-"The lists of `tops` from `first` on added to `showing`, the index of the lists (by number) that\n"
-"show each document. `list_squares._index`, over a group's lists.");
+"index_lists(showing, tops) -> None\n\n"
+"The lists of `tops` added to `showing`, the index of the lists (by number) that show each\n"
+"document. `list_squares._index`, over a group's lists.");
 
 static PyObject *
 index_lists(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (wrong_count("index_lists", nargs, 3)) {
+    if (wrong_count("index_lists", nargs, 2)) {
         return NULL;
     }
     PyObject *showing = args[0], *tops = args[1];
-    Py_ssize_t first = PyLong_AsSsize_t(args[2]);
-    if (first == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
     if (!PyDict_Check(showing) || !PyList_Check(tops)) {
         PyErr_SetString(PyExc_TypeError, "squares_kernel: showing must be a dict and tops a list");
         return NULL;
     }
-    for (Py_ssize_t number = first < 0 ? 0 : first; number < PyList_GET_SIZE(tops); number++) {
+    for (Py_ssize_t number = 0; number < PyList_GET_SIZE(tops); number++) {
         PyObject *top = PyList_GET_ITEM(tops, number);
         if (!PyTuple_Check(top)) {
             PyErr_SetString(PyExc_TypeError, "squares_kernel: a list must be a tuple");
             return NULL;
         }
-        if (index_one(showing, top, number) < 0) {
+        PyObject *number_object = PyLong_FromSsize_t(number);
+        int failed = number_object == NULL || index_one(showing, top, number_object) < 0;
+        Py_XDECREF(number_object);
+        if (failed) {
             return NULL;
         }
     }
@@ -982,10 +974,9 @@ take_viewed(PyObject *numbers, PyObject *tops, PyObject *counts, PyObject *showi
             if (number == NULL) {
                 return NULL;
             }
-            int failed = PyDict_SetItem(numbers, ranked, number) < 0;
-            Py_DECREF(number);
-            PyObject *top;
-            if (failed) {
+            PyObject *top = NULL;
+            if (PyDict_SetItem(numbers, ranked, number) < 0) {
+                Py_DECREF(number);
                 return NULL;
             }
             if (PyList_GET_ITEM(pending_plain, i) != Py_True || PyTuple_GET_SIZE(ranked) > depth) {
@@ -995,9 +986,11 @@ take_viewed(PyObject *numbers, PyObject *tops, PyObject *counts, PyObject *showi
                 Py_INCREF(ranked);
                 top = ranked;
             }
-            failed = top == NULL || (showing != Py_None && index_one(showing, top, PyList_GET_SIZE(tops)) < 0)
-                     || PyList_Append(tops, top) < 0 || PyList_Append(counts, count_object) < 0;
+            /* The index holds the number the dict holds, as `_take_pending` indexes it. */
+            int failed = top == NULL || (showing != Py_None && index_one(showing, top, number) < 0)
+                         || PyList_Append(tops, top) < 0 || PyList_Append(counts, count_object) < 0;
             Py_XDECREF(top);
+            Py_DECREF(number);
             if (failed) {
                 return NULL;
             }

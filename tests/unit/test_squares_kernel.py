@@ -117,6 +117,20 @@ def test_a_document_shown_at_two_ranks_in_one_call_is_discounted_at_each() -> No
     assert totals == [exact(2.5 * 2.5) + exact(3.5 * 3.5) + exact(0.25 * 0.25)]
 
 
+def test_documents_past_the_calls_table_are_looked_up_each_time() -> None:
+    # More distinct documents in one call than its table of known documents holds (512).
+    assert squares_kernel is not None
+    tops: list[tuple[str | None, ...]] = [(f"d{n}", "x", f"e{n}") for n in range(700)]
+    gains = {**{f"d{n}": float(n % 5) for n in range(700)}, **{f"e{n}": float(n % 3) for n in range(700)}}
+    dcgs = array("d")
+    totals = [0, 0]
+    squares_kernel.score_new(tops, 0, gains, (1.0, 0.5, 0.25), (1, 3), [], dcgs, [1] * 700, totals)
+    expected = [value for n in range(700)
+                for value in (gains[f"d{n}"], gains[f"d{n}"] + 0.25 * gains[f"e{n}"])]
+    assert list(dcgs) == expected
+    assert totals == [sum(exact(v * v) for v in expected[0::2]), sum(exact(v * v) for v in expected[1::2])]
+
+
 def test_the_exact_sums_hold_subnormal_and_huge_squares_and_large_counts() -> None:
     assert squares_kernel is not None
     values = [5e-324, 1e-170, 3e-160, 1.5, 1e150, 1.3407807929942596e154]
